@@ -1,0 +1,34 @@
+# `make demo` and `make test` set themselves up: they create .venv and install what is needed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMP_NUM_THREADS := 1
+export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+
+.PHONY: demo test venv bench clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mpirun --bind-to none -n $$($(PY) -m fedmpi.layout --config configs/demo_cpu.yaml | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["world"])') \
+		$(PY) -m fedmpi.run --config configs/demo_cpu.yaml $(ARGS)
+
+test: $(TEST_STAMP)
+	$(PY) -m pytest tests -q -ra $(PYTEST_ARGS)
+
+clean:
+	rm -rf runs data .pytest_cache

@@ -1,0 +1,41 @@
+"""Partially Federated Momentum (FedFace, Alg. 1).
+
+Trainer, each local step (eq. 3):  theta <- theta - eta_r * (g + beta * M / K),  g including weight decay.
+Server (eq. 4):                    Theta_r = sum_i w_i theta_i.
+Global momentum (eq. 5-6):         M_r = (Theta_{r-1} - Theta_r) / eta_r, rebuilt by every trainer from the
+                                   previous and the new global model, so M is never sent.
+The classifier's momentum (eq. 1-2) is local, plain momentum SGD, and lives with the trainer.
+"""
+from __future__ import annotations
+
+import torch
+
+from fedmpi.algorithms.base import Algorithm, add_weight_decay
+
+
+class PFM(Algorithm):
+    name = "pfm"
+
+    def __init__(self, *, momentum: float = 0.9, K: int = 1, weight_decay: float = 0.0, **_):
+        super().__init__(weight_decay=weight_decay)
+        self.beta = momentum
+        self.K = K
+
+    def init_trainer_state(self, params):
+        return {"global_momentum": torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                                               device=params[0].device)}
+
+    def local_step(self, params, grads, lr, state):
+        add_weight_decay(grads, params, self.weight_decay)
+        M = state["global_momentum"]
+        if self.beta:  # eq. 3
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                g.add_(M[offset:offset + n].view_as(g), alpha=self.beta / self.K)
+                offset += n
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    def on_global(self, previous, new, lr, state):
+        # eq. 6: M_r = beta*M_{r-1} + G_r = (Theta_{r-1} - Theta_r) / eta_r
+        torch.sub(previous, new, out=state["global_momentum"]).div_(lr)

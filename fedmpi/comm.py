@@ -1,0 +1,171 @@
+"""MPI + torch.distributed set-up: rendezvous through MPI, device pinning, process groups, flat buffers.
+
+Control messages (round numbers, weightings, scores, stop/abort) use mpi4py directly; tensors use
+torch.distributed (NCCL when CUDA is present, gloo otherwise). The rendezvous address is chosen by rank 0
+and broadcast over MPI, never read from a hand-set MASTER_ADDR.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+import traceback
+from typing import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+_STATE: dict = {"device": torch.device("cpu"), "backend": None}
+
+
+def mpi_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def local_rank(comm=None) -> int:
+    """Rank among the processes on this node (MPI shared-memory split)."""
+    from mpi4py import MPI
+
+    comm = comm or mpi_comm()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    rank = node.Get_rank()
+    node.Free()
+    return rank
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0, comm=None) -> str:
+    """Initialise torch.distributed over all MPI ranks; pin each rank to its local GPU when CUDA is present.
+
+    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used.
+    """
+    comm = comm or mpi_comm()
+    if dist.is_initialized():
+        return _STATE["backend"]
+    if backend in (None, "auto"):
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend nccl requested but CUDA is not available on this rank")
+        gpu = local_rank(comm) % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)
+        _STATE["device"] = torch.device("cuda", gpu)
+    else:
+        _STATE["device"] = torch.device("cpu")
+    if comm.Get_rank() == 0:
+        host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
+        address = (host, _free_port())
+    else:
+        address = None
+    host, port = comm.bcast(address, root=0)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{host}:{port}",
+        world_size=comm.Get_size(),
+        rank=comm.Get_rank(),
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=_STATE["device"] if backend == "nccl" else None,
+    )
+    _STATE["backend"] = backend
+    return backend
+
+
+def device() -> torch.device:
+    return _STATE["device"]
+
+
+def backend() -> str | None:
+    return _STATE["backend"]
+
+
+def new_group(ranks: Sequence[int]):
+    """A torch.distributed group over the given world ranks. Every rank must call this, in the same order."""
+    return dist.new_group(ranks=sorted(ranks))
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- flat buffers
+
+
+def state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Parameters, then floating-point buffers (BN running stats) — what a backbone's state is made of.
+
+    Integer buffers (num_batches_tracked) are left out: they are counters, not averaged state.
+    """
+    params = [p for p in module.parameters()]
+    buffers = [b for b in module.buffers() if b.is_floating_point()]
+    return params + buffers
+
+
+def flatten(tensors: Iterable[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Copy tensors into one contiguous 1-D buffer (allocated when `out` is None)."""
+    tensors = list(tensors)
+    total = sum(t.numel() for t in tensors)
+    if out is None:
+        out = torch.empty(total, dtype=tensors[0].dtype, device=tensors[0].device)
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        out[offset:offset + n].copy_(t.detach().reshape(-1))
+        offset += n
+    return out
+
+
+def unflatten_into(flat: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
+    """Copy a flat buffer back into the given tensors (in place, same order as `flatten`)."""
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+
+def views(flat: torch.Tensor, like: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Views into `flat` shaped like each tensor of `like` (same order as `flatten`)."""
+    out, offset = [], 0
+    for t in like:
+        n = t.numel()
+        out.append(flat[offset:offset + n].view_as(t))
+        offset += n
+    return out
+
+
+# ---------------------------------------------------------------- failure discipline
+
+
+def run_guarded(role: str, fn: Callable[[], int | None]) -> int:
+    """Run one rank's work; any exception prints `rank R (role): message` and aborts the whole MPI job."""
+    comm = mpi_comm()
+    try:
+        code = fn()
+        return int(code or 0)
+    except SystemExit as exc:  # a deliberate exit with a message (e.g. a config error found on one rank)
+        if exc.code in (0, None):
+            return 0
+        message = exc.code if isinstance(exc.code, str) else f"exit status {exc.code}"
+        _abort(comm, role, message)
+    except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
+        if os.environ.get("FEDMPI_TRACEBACK"):
+            traceback.print_exc()
+        _abort(comm, role, f"{type(exc).__name__}: {exc}")
+    return 1
+
+
+def _abort(comm, role: str, message: str) -> None:
+    sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    comm.Abort(1)

@@ -1,0 +1,122 @@
+"""A party's trainer rank: K local steps per round on its shard of the party's data (DDP within the party
+group), the party's private classifier with local momentum (eq. 1-2), the backbone step of the chosen rule
+(PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from fedmpi.algorithms import build_algorithm
+from fedmpi.roles.context import BackboneState, Context, build_backbone
+from fedmpi.roles.exchange import receive_global, send_local
+from fedmpi.roles.precision import Precision
+from fedmpi.topology import Party
+
+
+def open_party_dataset(party: Party, data_cfg):
+    from fedmpi.data import ConcatFaceDataset, open_training_set
+
+    sets = [open_training_set(spec, data_cfg) for spec in party.specs]
+    return sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
+
+
+def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
+    """Batches of this rank's shard, resumable at any step; a DataLoader with workers for real data."""
+    from fedmpi.data import ShardBatchSampler
+
+    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), cfg.optim.batch_size,
+                                seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.data.workers,
+                                         pin_memory=device.type == "cuda",
+                                         persistent_workers=cfg.data.workers > 0)
+    for images, labels in loader:
+        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+class Trainer:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.party = ctx.layout.party_of(ctx.rank)
+        self.is_leader = ctx.rank == self.party.leader
+        self.dataset = open_party_dataset(self.party, cfg.data)
+        self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
+        self.state = BackboneState(self.backbone)
+        self.global_theta = self.state.read()
+        self.previous_theta = torch.empty_like(self.global_theta)
+        receive_global(ctx, self.party, self.global_theta)
+        self.state.write(self.global_theta)
+        group = ctx.groups.party
+        self.model = (DistributedDataParallel(self.backbone, process_group=group) if group is not None
+                      else self.backbone)
+        self.classifier = self._build_classifier().to(ctx.device)
+        o = cfg.optim
+        self.classifier_opt = torch.optim.SGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
+                                              weight_decay=o.weight_decay)  # eq. 1-2
+        self.algorithm = build_algorithm(cfg)
+        self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
+        self.precision = Precision(o.amp, ctx.device)
+
+    def _build_classifier(self):
+        from fedmpi.models.heads import build_classifier
+
+        m, cfg = self.ctx.cfg.model, self.ctx.cfg
+        return build_classifier(self.dataset.num_classes, m.embedding_size, kind=m.head, scale=m.scale,
+                                margin=cfg.margin, group=self.ctx.groups.party, mode=m.classifier,
+                                sample_rate=m.sample_rate, seed=cfg.run.seed + 1 + self.party.index,
+                                dtype=self.ctx.dtype)
+
+    def run(self, start_round: int = 0) -> None:
+        cfg, ctx = self.ctx.cfg, self.ctx
+        K = cfg.fed.K
+        batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * K, ctx.device)
+        for r in range(start_round, cfg.rounds):
+            lr = cfg.lr_at_round(r)
+            for group in self.classifier_opt.param_groups:
+                group["lr"] = lr
+            start = time.perf_counter()
+            loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+            for _ in range(K):
+                images, labels = next(batches)
+                loss_sum += self.step(images.to(ctx.dtype), labels, lr)
+            mean_loss = float(loss_sum) / K
+            if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
+                raise FloatingPointError(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
+            seconds = time.perf_counter() - start
+            self.exchange(lr)
+            ctx.mpi_fed.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
+                                "images": K * cfg.optim.batch_size}, root=0)
+
+    def step(self, images, labels, lr) -> torch.Tensor:
+        with self.precision.autocast():
+            embeddings = self.model(images)
+            loss = self.classifier(embeddings, labels)
+        self.precision.backward(loss)
+        self.classifier.sync_grads()
+        if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
+            with torch.no_grad():
+                grads = [p.grad for p in self.state.trainable]
+                self.algorithm.local_step(self.state.trainable, grads, lr, self.algo_state)
+            self.classifier_opt.step()
+        for p in (*self.state.trainable, *self.classifier.parameters()):
+            p.grad = None
+        return loss.detach().to(torch.float64)
+
+    def exchange(self, lr: float) -> None:
+        """Send theta_i (leader), receive the new global Theta, rebuild the rule's state (PFM's M, eq. 6)."""
+        self.previous_theta.copy_(self.global_theta)
+        if self.is_leader:
+            send_local(self.ctx, self.state.read())
+        receive_global(self.ctx, self.party, self.global_theta)
+        n = self.state.n_trainable
+        self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], lr, self.algo_state)
+        self.state.write(self.global_theta)
+
+
+def run_trainer(ctx: Context) -> int:
+    Trainer(ctx).run()
+    dist.barrier()
+    return 0

@@ -1,0 +1,180 @@
+"""The run log: one HDF5 file per run, written by the server, readable while the run writes (SWMR).
+
+Layout (schema version 1):
+  /                attrs: schema_version, fedmpi_version, algorithm, run_name, created, parties (JSON list)
+  /config          the resolved config as YAML text
+  /data            attrs: one JSON description per party dataset (and the split / partition hashes)
+  /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved,
+                   loss [P] (per-party mean loss), party_images_per_s [P]
+  /fv/<col>        one row per FV iteration: round, iteration, candidates [T,P], raw_scores [T,V],
+                   norm_scores [T,V], chosen, w [P]           (attrs: validators = JSON list of set names)
+  /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns
+Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+ROUND_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "lr": ((), "f8"), "wall_time": ((), "f8"),
+                 "round_time": ((), "f8"), "images_per_s": ((), "f8"), "bytes_moved": ((), "i8")}
+EVAL_METRICS = ("accuracy", "accuracy_std", "tar_far_1e-3", "tar_far_1e-2")
+
+
+class LogSchemaError(RuntimeError):
+    pass
+
+
+def _table(group: h5py.Group, columns: dict) -> None:
+    for name, (tail, dtype) in columns.items():
+        group.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype,
+                             chunks=(64, *tail) if tail else (256,))
+
+
+class RunLog:
+    """Writer. Create with the run's shape; `append(table, **row)`; flushed after every append."""
+
+    def __init__(self, path: str | Path, *, config_yaml: str, algorithm: str, run_name: str,
+                 parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
+                 data: dict | None = None, resume_round: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_round is not None and self.path.exists():
+            self.f = h5py.File(self.path, "r+", libver="latest")
+            self._truncate(resume_round)
+        else:
+            tmp = self.path.with_suffix(".h5.tmp")
+            with h5py.File(tmp, "w", libver="latest") as f:
+                self._create(f, config_yaml, algorithm, run_name, parties, val_sets, fv_candidates, data or {})
+            tmp.replace(self.path)
+            self.f = h5py.File(self.path, "r+", libver="latest")
+        self.f.swmr_mode = True
+
+    @staticmethod
+    def _create(f, config_yaml, algorithm, run_name, parties, val_sets, T, data):
+        f.attrs.update({"schema_version": SCHEMA_VERSION, "algorithm": algorithm, "run_name": run_name,
+                        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+                        "parties": json.dumps(list(parties))})
+        from fedmpi import __version__
+        f.attrs["fedmpi_version"] = __version__
+        f.create_dataset("config", data=config_yaml)
+        g = f.create_group("data")
+        for key, value in data.items():
+            g.attrs[key] = json.dumps(value)
+        P, V = len(parties), len(val_sets)
+        _table(f.create_group("rounds"), {**ROUND_COLUMNS, "loss": ((P,), "f8"),
+                                          "party_images_per_s": ((P,), "f8")})
+        fv = f.create_group("fv")
+        fv.attrs["validators"] = json.dumps(list(val_sets))
+        if T:
+            _table(fv, {"round": ((), "i8"), "iteration": ((), "i8"), "candidates": ((T, P), "f8"),
+                        "raw_scores": ((T, V), "f8"), "norm_scores": ((T, V), "f8"), "chosen": ((), "i8"),
+                        "w": ((P,), "f8")})
+        ev = f.create_group("eval")
+        ev.attrs["sets"] = json.dumps(list(val_sets))
+        if V:
+            _table(ev, {"round": ((), "i8"), "step": ((), "i8"),
+                        **{f"{s}/{m}": ((), "f8") for s in val_sets for m in EVAL_METRICS}})
+
+    def _truncate(self, resume_round: int) -> None:
+        """Drop rows logged after the checkpoint we resume from (round numbers >= resume_round)."""
+        for table in ("rounds", "fv", "eval"):
+            g = self.f.get(table)
+            if g is None or "round" not in g:
+                continue
+            keep = int(np.sum(g["round"][:] < resume_round))
+            for ds in _datasets(g):
+                ds.resize(keep, axis=0)
+
+    def append(self, table: str, **row) -> None:
+        g = self.f[table]
+        names = [name for name in _names(g)]
+        missing = set(names) - set(row)
+        extra = set(row) - set(names)
+        if missing or extra:
+            raise KeyError(f"log table {table}: missing {sorted(missing)}, unknown {sorted(extra)}")
+        n = g["round"].shape[0]
+        for name in names:
+            ds = g[name]
+            ds.resize(n + 1, axis=0)
+            ds[n] = row[name]
+        for name in names:
+            g[name].flush()
+
+    def close(self) -> None:
+        if self.f:
+            self.f.close()
+            self.f = None
+
+
+def _names(group: h5py.Group, prefix: str = "") -> list[str]:
+    out = []
+    for key, item in group.items():
+        if isinstance(item, h5py.Dataset):
+            out.append(prefix + key)
+        else:
+            out.extend(_names(item, prefix + key + "/"))
+    return out
+
+
+def _datasets(group: h5py.Group):
+    return [group[name] for name in _names(group)]
+
+
+class LogReader:
+    """Reader, safe while the run writes (SWMR). Refuses logs of an unknown schema with a clear message."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.f = h5py.File(self.path, "r", libver="latest", swmr=True)
+        except OSError as exc:
+            raise LogSchemaError(f"{self.path}: not a readable fedmpi log ({exc})") from None
+        version = self.f.attrs.get("schema_version")
+        if version is None:
+            raise LogSchemaError(f"{self.path}: not a fedmpi run log (no schema_version)")
+        if int(version) != SCHEMA_VERSION:
+            raise LogSchemaError(f"{self.path}: log schema version {int(version)}, this fedmpi reads "
+                                 f"version {SCHEMA_VERSION}")
+
+    @property
+    def parties(self) -> list[str]:
+        return json.loads(self.f.attrs["parties"])
+
+    @property
+    def algorithm(self) -> str:
+        return str(self.f.attrs["algorithm"])
+
+    @property
+    def config_yaml(self) -> str:
+        value = self.f["config"][()]
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    @property
+    def val_sets(self) -> list[str]:
+        return json.loads(self.f["eval"].attrs.get("sets", "[]"))
+
+    def table(self, name: str) -> dict[str, np.ndarray]:
+        """All columns of a table, cut to the shortest (a row being appended is not yet whole)."""
+        g = self.f.get(name)
+        if g is None or "round" not in g:
+            return {}
+        for ds in _datasets(g):
+            ds.refresh()
+        n = min(ds.shape[0] for ds in _datasets(g))
+        return {key: g[key][:n] for key in _names(g)}
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

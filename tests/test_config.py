@@ -1,0 +1,102 @@
+"""The config schema: the paper's defaults, overrides, and refusals that name the key path."""
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from fedmpi.config import ConfigError, load_config
+from fedmpi.topology import build_layout
+from mpirun import ROOT, mpirun
+
+
+def test_defaults_are_the_papers():
+    cfg = load_config()
+    assert (cfg.optim.batch_size, cfg.optim.lr, cfg.optim.momentum, cfg.optim.weight_decay) == (64, 0.1, 0.9, 5e-4)
+    assert (cfg.optim.epochs, cfg.optim.steps_per_epoch, cfg.optim.milestones) == (26, 12800, [10, 18, 24])
+    assert (cfg.model.head, cfg.model.scale, cfg.margin) == ("arcface", 64.0, 0.5)
+    assert load_config(overrides=["model.head=cosface"]).margin == 0.35
+    assert [(p.name, p.ranks) for p in cfg.parties] == [("ms1m", 8), ("ga", 4), ("vgg", 4)]
+    assert build_layout(cfg).world_size == 17
+    assert (cfg.fv.T, cfg.fv.phi, cfg.fv.gamma, cfg.fv.eps, cfg.fv.norm) == (3, 0.01, 0.01, 0.001, "local")
+
+
+def test_lr_schedule_decays_at_epoch_ends():
+    cfg = load_config(overrides=["fed.K=1600"])
+    assert cfg.rounds == 26 * 12800 // 1600
+    per_epoch = 12800 // 1600
+    assert cfg.lr_at_round(10 * per_epoch - 1) == pytest.approx(0.1)
+    assert cfg.lr_at_round(10 * per_epoch) == pytest.approx(0.01)
+    assert cfg.lr_at_round(18 * per_epoch) == pytest.approx(0.001)
+    assert cfg.lr_at_round(24 * per_epoch) == pytest.approx(0.0001)
+
+
+def test_dotted_overrides_and_party_by_name():
+    cfg = load_config(overrides=["fed.K=400", "model.backbone=ir34", "parties.ga.ranks=2", "fv.enabled=true"])
+    assert (cfg.fed.K, cfg.model.backbone, cfg.parties[1].ranks, cfg.fv.enabled) == (400, "ir34", 2, True)
+
+
+def test_paper_configs_load():
+    for name, world in (("fedface_3party", 17), ("fedface_12party", 17), ("demo_cpu", 5)):
+        for K in (100, 400, 1600):
+            cfg = load_config(ROOT / "configs" / f"{name}.yaml", [f"fed.K={K}"] if name != "demo_cpu" else [])
+            assert build_layout(cfg).world_size == world
+    twelve = load_config(ROOT / "configs" / "fedface_12party.yaml")
+    assert [p.ranks for p in twelve.parties] == [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert {p.data.split_count for p in twelve.parties} == {4}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fed.K=0"], "fed.K: must be > 0"),
+    (["fed.K=-3"], "fed.K: must be > 0"),
+    (["fed.K=300"], "fed.K: epochs x steps_per_epoch = 332800 is not a whole number of rounds"),
+    (["optim.steps_per_epoch=100", "fed.K=40", "optim.epochs=2", "optim.milestones=[1]"],
+     "optim.milestones[0]: epoch 1 ends at step 100, not on a round boundary"),
+    (["parties.ga.ranks=0"], "parties.ga.ranks: must be > 0"),
+    (["parties.ga.data.identities=0"], "parties.ga.data.identities: an empty party"),
+    (["model.lr=1"], "model.lr: unknown key"),
+    (["nonsense.key=1"], "nonsense: unknown key"),
+    (["fed.K=abc"], "fed.K: expected an integer, got 'abc'"),
+    (["fv.enabled=maybe"], "fv.enabled: expected true/false"),
+    (["model.backbone=ir200"], "model.backbone: 'ir200' is not one of ir18, ir34, ir50, ir100"),
+    (["parties.nobody.ranks=2"], "parties.nobody: no party named 'nobody'"),
+    (["fed.algorithm=solo", "fed.solo_party=xyz"], "fed.solo_party: 'xyz' is not a party"),
+    (["fed.K"], "fed.K: an override must look like key.path=value"),
+    (["data.image_size=100"], "data.image_size: must be a multiple of 16"),
+])
+def test_bad_values_are_refused_with_the_key_path(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_in_a_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"optim": {"learning_rate": 0.1}}))
+    with pytest.raises(ConfigError, match=r"optim.learning_rate: unknown key"):
+        load_config(bad)
+    party = tmp_path / "party.yaml"
+    party.write_text(yaml.safe_dump({"parties": [{"name": "a", "ranks": 1, "data": {"kind": "tape"}}]}))
+    with pytest.raises(ConfigError, match=r"parties.a.data.kind: 'tape' is not one of"):
+        load_config(party)
+    with pytest.raises(ConfigError, match=r"--config: no such file"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_print_config_shows_the_resolved_config():
+    out = subprocess.run([sys.executable, "-m", "fedmpi.run", "--print-config", "fed.K=400"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)
+    assert resolved["fed"]["K"] == 400 and resolved["optim"]["milestones"] == [10, 18, 24]
+
+
+def test_world_size_mismatch_under_mpirun_names_the_layout():
+    start = time.monotonic()
+    out = mpirun(3, ["-m", "fedmpi.run"], timeout=120)
+    assert out.returncode != 0
+    assert ("this layout needs 17 MPI ranks (1 server + ms1m 8 + ga 4 + vgg 4), but the job has 3"
+            in out.stderr)
+    assert time.monotonic() - start < 60
