@@ -1,0 +1,102 @@
+"""DESIGN.md sec. 4 invariants through `python -m fedmpi.run` under mpirun with real process groups (gloo,
+float64): PFM K=1 with batch-proportional weights follows centralized momentum SGD on the same per-rank
+batches; FedAvg K=1 without momentum follows centralized SGD; FedAvgM with beta=0 equals FedAvg."""
+import torch
+
+from fedmpi.config import load_config
+from fedmpi.roles.context import BackboneState, build_backbone, initial_weights
+from fedmpi.roles.trainer import batch_stream, open_party_dataset
+from fedmpi.run import prepare_data
+from fedmpi.topology import build_layout
+from mpirun import mpirun
+
+# party a: 2 ranks (DDP + sharded classifier), party b: 1 rank; lr drops after round 3 (a round boundary)
+SMALL = [
+    "parties=[{name: a, ranks: 2, data: {style: ms1m, identities: 7, images_per_identity: 4}},"
+    " {name: b, ranks: 1, data: {style: ga, identities: 5, images_per_identity: 4}}]",
+    "data.image_size=16", "data.workers=0", "data.val_pairs_per_fold=4",
+    "model.width=0.125", "model.embedding_size=16", "model.scale=16.0",
+    "optim.batch_size=4", "optim.epochs=2", "optim.steps_per_epoch=3", "optim.milestones=[1]",
+    "run.dtype=float64", "eval.every=0",
+]
+
+
+def run_federated(tmp_path, name, overrides):
+    out_file = tmp_path / f"{name}.pt"
+    args = ["-m", "fedmpi.run", *SMALL, *overrides, f"log.dir={tmp_path}", f"log.name={name}",
+            f"data.root={tmp_path / 'data'}", f"run.save_final={out_file}"]
+    out = mpirun(4, args, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    saved = torch.load(out_file)
+    return saved["theta"][: saved["n_trainable"]]
+
+
+def centralized_reference(tmp_path, overrides, momentum):
+    """Momentum SGD on the union of every rank's batch: backbone gradient sum_i w_i dL_i/dtheta, where L_i is
+    party i's mean loss over all its ranks' samples; each party's classifier its own momentum SGD (eq. 1-2)."""
+    from fedmpi.models.heads import build_classifier
+
+    cfg = load_config(None, [*SMALL, *overrides, f"data.root={tmp_path / 'data'}"])
+    layout = build_layout(cfg)
+    prepare_data(cfg, layout)
+    dtype, cpu = torch.float64, torch.device("cpu")
+    backbone = build_backbone(cfg, cpu, dtype)
+    state = BackboneState(backbone)
+    w = initial_weights(cfg, layout).tolist()
+    o = cfg.optim
+    opt = torch.optim.SGD(state.trainable, lr=o.lr, momentum=momentum, weight_decay=o.weight_decay)
+    parties = []
+    for party in layout.parties:
+        dataset = open_party_dataset(party, cfg.data)
+        head = build_classifier(dataset.num_classes, cfg.model.embedding_size, kind=cfg.model.head,
+                                scale=cfg.model.scale, margin=cfg.margin, group=None,
+                                seed=cfg.run.seed + 1 + party.index, dtype=dtype)
+        head_opt = torch.optim.SGD(head.parameters(), lr=o.lr, momentum=momentum, weight_decay=o.weight_decay)
+        streams = [batch_stream(dataset, party, r, cfg, 0, cpu) for r in party.ranks]
+        parties.append((head, head_opt, streams))
+    for step in range(cfg.total_steps):
+        lr = cfg.lr_at_round(step)  # K = 1: one step per round
+        for group in [*opt.param_groups, *(g for _, ho, _ in parties for g in ho.param_groups)]:
+            group["lr"] = lr
+        total = 0
+        for wi, (head, _, streams) in zip(w, parties):
+            batches = [next(s) for s in streams]
+            embeddings = torch.cat([backbone(x.to(dtype)) for x, _ in batches])  # BN statistics per rank
+            labels = torch.cat([y for _, y in batches])
+            total = total + wi * head(embeddings, labels)
+        total.backward()
+        opt.step()
+        for wi, (head, head_opt, _) in zip(w, parties):
+            for p in head.parameters():
+                p.grad.div_(wi)  # the party's classifier follows dL_i, not w_i dL_i
+            head_opt.step()
+            head_opt.zero_grad()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in state.trainable])
+
+
+def test_pfm_k1_follows_centralized_momentum_sgd(tmp_path):
+    overrides = ["fed.algorithm=pfm", "fed.K=1", "fed.weighting=batch"]
+    federated = run_federated(tmp_path, "pfm", overrides)
+    reference = centralized_reference(tmp_path, overrides, momentum=0.9)
+    assert federated.shape == reference.shape
+    assert torch.allclose(federated, reference, atol=1e-9, rtol=0), (federated - reference).abs().max()
+
+
+def test_fedavg_k1_without_momentum_follows_centralized_sgd(tmp_path):
+    overrides = ["fed.algorithm=fedavg", "fed.K=1", "fed.weighting=batch", "fed.local_momentum=0",
+                 "optim.momentum=0"]
+    federated = run_federated(tmp_path, "fedavg", overrides)
+    reference = centralized_reference(tmp_path, overrides, momentum=0.0)
+    assert torch.allclose(federated, reference, atol=1e-9, rtol=0), (federated - reference).abs().max()
+    moved = (reference - centralized_reference(tmp_path, overrides, momentum=0.9)).abs().max()
+    assert moved > 1e-6  # the comparison can tell momentum from none
+
+
+def test_fedavgm_with_zero_server_momentum_equals_fedavg(tmp_path):
+    """(That a non-zero server momentum changes the result is checked in test_algorithms.)"""
+    common = ["fed.K=3", "optim.steps_per_epoch=3", "fed.local_momentum=0.9"]
+    fedavg = run_federated(tmp_path, "fedavg_k3", ["fed.algorithm=fedavg", *common])
+    fedavgm = run_federated(tmp_path, "fedavgm_b0", ["fed.algorithm=fedavgm", "fed.server_momentum=0",
+                                                     "fed.nesterov=true", *common])
+    assert torch.allclose(fedavg, fedavgm, atol=1e-12, rtol=0)
