@@ -15,6 +15,8 @@ from fedmpi.data.recordio import (MAGIC, MAGIC_BYTES, RecordReader, RecordWriter
                                   pack_ir, unpack_ir)
 from tools import pack_rec
 
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
+
 M = MAGIC_BYTES
 
 
@@ -103,7 +105,8 @@ def test_packer_round_trip(tmp_path):
 
 def test_faces_emore_header_and_identity_ranges(tmp_path):
     groups = [[b"\xff\xd8a"] * 3, [b"\xff\xd8b"] * 1, [b"\xff\xd8c"] * 2]
-    assert write_faces_emore(tmp_path / "train.rec", tmp_path / "train.idx", groups, identity_ids=[11, 12, 13]) == (6, 3)
+    written = write_faces_emore(tmp_path / "train.rec", tmp_path / "train.idx", groups, identity_ids=[11, 12, 13])
+    assert written == (6, 3)
     reader = RecordReader(tmp_path / "train.rec", tmp_path / "train.idx")
     header, _ = reader.read_ir(0)
     assert header.flag == 2 and header.label.tolist() == [7, 10]  # [first identity record, end]

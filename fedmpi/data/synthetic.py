@@ -12,7 +12,7 @@ Everything is a pure function of (style, seed, index): the same call gives the s
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -124,11 +124,12 @@ def identity_params(u: np.ndarray, style: Style) -> dict:
     return dict(
         a=0.50 + 0.14 * c.face_w, b=0.68 + 0.14 * c.face_h, jaw=1.6 + 1.2 * c.jaw, skin=skin.astype(np.float32),
         hair=hair.astype(np.float32), hair_len=c.hair_len, hairline=-0.62 + 0.22 * c.hairline,
-        fringe=np.where(c.fringe > 0.6, 0.10 + 0.25 * (c.fringe - 0.6), 0.0), part=-0.3 + 0.6 * c.part,
+        fringe=np.where(c.fringe > 0.6, 0.08 + 0.2 * (c.fringe - 0.6), 0.0), part=-0.3 + 0.6 * c.part,
         bald=c.bald < 0.06, eye_y=-0.20 + 0.10 * c.eye_y, eye_dx=0.19 + 0.09 * c.eye_dx,
         eye_w=0.085 + 0.045 * c.eye_w, eye_h=0.035 + 0.025 * c.eye_h,
         iris=_IRIS[np.minimum((c.iris * len(_IRIS)).astype(int), len(_IRIS) - 1)],
-        brow_gap=0.08 + 0.07 * c.brow_gap, brow_thick=0.018 + 0.03 * c.brow_thick, brow_slant=-0.35 + 0.7 * c.brow_slant,
+        brow_gap=0.08 + 0.07 * c.brow_gap, brow_thick=0.018 + 0.03 * c.brow_thick,
+        brow_slant=-0.35 + 0.7 * c.brow_slant,
         nose_len=0.17 + 0.12 * c.nose_len, nose_w=0.05 + 0.06 * c.nose_w, mouth_y=0.34 + 0.12 * c.mouth_y,
         mouth_w=0.12 + 0.10 * c.mouth_w, lip=lip.astype(np.float32), lip_h=0.018 + 0.022 * c.lip,
         beard=np.where(c.beard < style.beard_p, 0.4 + 0.45 * c.beard_density, 0.0),
@@ -253,9 +254,9 @@ def render(ident: dict, view: dict, size: int) -> np.ndarray:
     _paint(img, face, skin[:, :, None, None] * texture[:, None])
 
     def feature(x0, y0):
-        xc, f = _project(np.asarray(x0, np.float32) * np.ones(n, np.float32),
-                         np.asarray(y0, np.float32) * np.ones(n, np.float32), a, b, yaw)
-        return xc, f
+        """Projected x and foreshortening of a frontal feature point, per image."""
+        zero = np.zeros(n, np.float32)
+        return _project(x0 + zero, y0 + zero, a, b, yaw)
 
     # moles: identity marks on the skin
     for k in range(2):
@@ -265,16 +266,19 @@ def render(ident: dict, view: dict, size: int) -> np.ndarray:
 
     # beard and moustache below the nose
     nose_tip = ident["eye_y"] + ident["nose_len"]
-    mx0, _ = _project(np.zeros(n), ident["mouth_y"], a, b, yaw)
-    chin = np.clip((v - _col(ident["mouth_y"] - 0.02)) / 0.06, 0, 1) * np.clip((np.abs(uc) - 0.55 * A) / (0.1 * A) + (v - _col(ident["mouth_y"])) / 0.05, 0, 1)
+    mouth_x, _ = feature(0.0, ident["mouth_y"])
+    below_mouth = (v - _col(ident["mouth_y"])) / 0.05
+    chin = np.clip(below_mouth / 1.2 + 0.33, 0, 1) * np.clip((np.abs(uc) - 0.55 * A) / (0.1 * A) + below_mouth, 0, 1)
     moustache = _soft(np.maximum(np.abs(v - _col((nose_tip + ident["mouth_y"]) / 2 + 0.005)) - 0.025,
-                                 np.abs(u - _col(mx0)) - _col(ident["mouth_w"] * 1.1)), px)
+                                 np.abs(u - _col(mouth_x)) - _col(ident["mouth_w"] * 1.1)), px)
     beard = face * np.maximum(chin, moustache) * _col(ident["beard"])
     _paint(img, beard, hair * 0.9)
 
     # hair over the forehead, with fringe around the parting and longer sides
-    hl = (_col(ident["hairline"]) + _col(ident["fringe"]) * np.clip(1 - ((uc - _col(ident["part"] * a)) / (0.7 * A)) ** 2, 0, 1)
-          + _col(0.15 + 0.35 * ident["hair_len"]) * np.clip(np.abs(uc) / A, 0, 1) ** 4)
+    fringe = np.clip(1 - ((uc - _col(ident["part"] * a)) / (0.7 * A)) ** 2, 0, 1)
+    sides = np.clip(np.abs(uc) / A, 0, 1) ** 4
+    hl = _col(ident["hairline"]) + _col(ident["fringe"]) * fringe + _col(0.1 + 0.3 * ident["hair_len"]) * sides
+    hl = np.where(np.abs(uc) < 0.75 * A, np.minimum(hl, _col(ident["eye_y"] - 0.1)), hl)  # eyes stay free
     front = np.maximum(face, back) * _soft(v - hl, px) * _col(has_hair)
     _paint(img, front, hair)
 
@@ -409,7 +413,3 @@ def generate_party(style: str, identities: int, images_per_identity: int, size: 
     labels = np.repeat(np.arange(identities), images_per_identity)
     images = render_chunked(_take(ident, labels), view_params(views, prior), size)
     return images, labels, keys
-
-
-def with_style(name: str, **changes) -> Style:
-    return replace(STYLES[name], **changes)
