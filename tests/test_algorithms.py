@@ -6,8 +6,16 @@ import torch
 
 from fedmpi.algorithms import PFM, FedAvg, FedAvgM
 
-torch.set_default_dtype(torch.float64)
 WD, BETA = 5e-4, 0.9
+
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """These checks run in float64; restore the default so other test modules see float32."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 def make_problem(parties=3, seed=0):
