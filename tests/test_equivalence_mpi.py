@@ -16,7 +16,7 @@ SMALL = [
     " {name: b, ranks: 1, data: {style: ga, identities: 5, images_per_identity: 4}}]",
     "data.image_size=16", "data.workers=0", "data.val_pairs_per_fold=4",
     "model.width=0.125", "model.embedding_size=16", "model.scale=16.0",
-    "optim.batch_size=4", "optim.epochs=2", "optim.steps_per_epoch=3", "optim.milestones=[1]",
+    "optim.batch_size=8", "optim.epochs=2", "optim.steps_per_epoch=3", "optim.milestones=[1]",
     "run.dtype=float64", "eval.every=0",
 ]
 
