@@ -25,10 +25,11 @@ class DataSpec:
     kind: str = "synthetic"          # synthetic | rec | folder
     path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
     style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
-    identities: int = 2000           # synthetic only
-    images_per_identity: int = 32    # synthetic only
+    identities: int = 500            # synthetic only
+    images_per_identity: int = 20    # synthetic only
     split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
     split_count: int = 1
+    shuffle_labels: bool = False     # permute the labels over the images (useless data; FV behaviour tests)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class DataConfig:
     val_sets: list[str] = field(default_factory=lambda: ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"])
     val_kind: str = "synthetic"      # synthetic | bin
     val_path: str = ""
-    val_pairs_per_fold: int = 300
+    val_pairs_per_fold: int = 100
 
 
 @dataclass
@@ -122,6 +123,13 @@ class LogConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every: int = 0                   # checkpoint every N rounds and after the last (0: only when preempted)
+    keep: int = 2                    # complete checkpoints kept (older ones are pruned)
+    dir: str = ""                    # empty: <run folder>/ckpt
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     device: str = "auto"             # auto | cpu | cuda
@@ -141,6 +149,7 @@ class Config:
     fv: FVConfig = field(default_factory=FVConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     # ---- derived quantities (the schedule) ----
@@ -386,6 +395,13 @@ def validate(cfg: Config) -> Config:
         fail("data.val_pairs_per_fold", f"must be > 0, got {cfg.data.val_pairs_per_fold}")
     if cfg.eval.every < 0:
         fail("eval.every", f"must be >= 0, got {cfg.eval.every}")
+    if cfg.checkpoint.every < 0:
+        fail("checkpoint.every", f"must be >= 0 (0: only when preempted), got {cfg.checkpoint.every}")
+    if cfg.checkpoint.keep < 1:
+        fail("checkpoint.keep", f"must be >= 1, got {cfg.checkpoint.keep}")
+    if not cfg.run.collective_timeout_s >= 10:
+        fail("run.collective_timeout_s", f"must be >= 10 s (a collective that times out aborts the run), "
+                                         f"got {cfg.run.collective_timeout_s}")
     if math.isnan(o.lr):
         fail("optim.lr", "is NaN")
     return cfg
@@ -411,6 +427,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for item in overrides:
         apply_override(data, item)
     return validate(_build(Config, data))
+
+
+def config_from_yaml(text: str, where: str = "config") -> Config:
+    """A config saved as YAML text (the run log's /config, a checkpoint's config), validated like a file."""
+    try:
+        loaded = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{where}: the top level must be a mapping")
+    return validate(_build(Config, _merge(to_dict(Config()), loaded, "")))
 
 
 def _merge(base: dict, new: dict, path: str) -> dict:

@@ -11,8 +11,8 @@ import datetime
 import sys
 from pathlib import Path
 
-from fedmpi import comm
 from fedmpi.config import ConfigError, load_config, to_yaml
+from fedmpi.roles import signals
 from fedmpi.topology import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
@@ -24,8 +24,12 @@ def parse_args(argv):
     parser.add_argument("--config", default=None, help="YAML file (default: the built-in paper settings, "
                                                        "3-party 8/4/4 on synthetic faces)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--resume", default=None, metavar="auto|PATH",
+                        help="continue the run log.name from its newest complete checkpoint (auto; none: start "
+                             "fresh) or from the checkpoint folder PATH; exit status 75 means the run stopped "
+                             "for preemption (SIGTERM/SIGUSR1) after writing a checkpoint")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400 model.backbone=ir34")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # options may come after the overrides, e.g. `k=v --resume auto`
 
 
 def fail(message: str, rank: int) -> int:
@@ -35,14 +39,16 @@ def fail(message: str, rank: int) -> int:
     return USAGE_ERROR
 
 
-def choose_run_dir(cfg, mpi) -> Path:
+def choose_run_dir(cfg, mpi, resume: str | None = None) -> Path:
     if mpi.Get_rank() == SERVER:
         name = cfg.log.name or f"{cfg.fed.algorithm}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
         run_dir = Path(cfg.log.dir) / name
         problem = None
-        if (run_dir / "log.h5").exists():
-            problem = (f"log.name: {run_dir / 'log.h5'} already exists; choose another log.name "
-                       f"(nothing was overwritten)")
+        if resume is not None and not cfg.log.name:
+            problem = "--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)"
+        elif resume is None and (run_dir / "log.h5").exists():
+            problem = (f"log.name: {run_dir / 'log.h5'} already exists; choose another log.name, or continue "
+                       f"that run with --resume auto (nothing was overwritten)")
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
         decision = (str(run_dir), problem)
@@ -69,7 +75,10 @@ def prepare_data(cfg, layout) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    mpi = comm.mpi_comm()
+    signals.install()  # a preemption signal from now on stops the run at a round boundary, with a checkpoint
+    from mpi4py import MPI
+
+    mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink
     rank = mpi.Get_rank()
     try:
         cfg = load_config(args.config, args.overrides)
@@ -79,7 +88,9 @@ def main(argv=None) -> int:
             return 0
         layout = build_layout(cfg)
         check_world_size(layout, mpi.Get_size())
-        run_dir = choose_run_dir(cfg, mpi)
+        run_dir = choose_run_dir(cfg, mpi, args.resume)
+        from fedmpi.store.checkpoint import configure_determinism, plan_resume
+        resume = plan_resume(args.resume, cfg, layout, run_dir, mpi)
     except ConfigError as exc:
         return fail(str(exc), rank)
 
@@ -89,16 +100,22 @@ def main(argv=None) -> int:
         from fedmpi.roles.context import build_context
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
+        if rank == SERVER:
+            from fedmpi.roles.validator import prepare_validation_data
+            prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
         mpi.Barrier()
+        configure_determinism(cfg)
         ctx = build_context(cfg, layout)
         if role == "server":
             from fedmpi.roles.server import run_server
-            return run_server(ctx, run_dir, description)
+            return run_server(ctx, run_dir, description, resume=resume)
         if role == "validator":
             from fedmpi.roles.validator import run_validator
             return run_validator(ctx)
         from fedmpi.roles.trainer import run_trainer
-        return run_trainer(ctx)
+        return run_trainer(ctx, run_dir, resume=resume)
+
+    from fedmpi import comm
 
     code = comm.run_guarded(layout.role(rank), work)
     comm.shutdown()
@@ -106,4 +123,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    signals.ignore()  # the work is done: a launcher's clean-up signal must not replace this exit status
+    sys.exit(status)

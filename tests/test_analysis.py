@@ -36,7 +36,7 @@ def write_log(path: Path, *, algorithm: str, overrides: list[str], seed: int, ro
               fv_iterations: int = 0, log_parties: list[str] | None = None, nan_parties=()) -> Path:
     """A run log as the server writes it: config, rounds, FV iterations (when fv_iterations > 0), an
     evaluation every 4 rounds and at the end."""
-    cfg = load_config(ROOT / "configs" / "demo_cpu.yaml", [f"fed.algorithm={algorithm}", *overrides])
+    cfg = load_config(ROOT / "configs" / "demo_cpu.yaml", [f"fed.algorithm={algorithm}", "fv.enabled=false", *overrides])
     parties = log_parties or [p.name for p in cfg.parties]
     rng = np.random.default_rng(seed)
     P, T, V = len(parties), cfg.fv.T, len(VAL_SETS)
@@ -125,7 +125,8 @@ def sweep(tmp_path_factory) -> Path:
 
 REAL_RUN = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.steps_per_epoch=10", "fed.K=5",
             "optim.milestones=[]", "parties.ms1m.ranks=1", "parties.ms1m.data.identities=16",
-            "parties.ga.data.identities=16", "parties.vgg.data.identities=16", "log.name=pfm"]
+            "parties.ga.data.identities=16", "parties.vgg.data.identities=16", "fv.enabled=false",
+            "log.name=pfm"]
 
 
 @pytest.fixture(scope="session")

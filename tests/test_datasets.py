@@ -12,6 +12,8 @@ from fedmpi.data import (ConcatFaceDataset, DataError, ShardBatchSampler, dirich
                          prepare_training_set, prepare_validation_sets)
 from tools import pack_rec
 
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
+
 
 def data_cfg(root, **kw):
     base = dict(root=str(root), image_size=16, workers=0, seed=0, skip_bad=False,

@@ -13,6 +13,8 @@ from fedmpi.data import load_bin, open_training_set, prepare_training_set, prepa
 from fedmpi.data.synthetic import STYLES, generate_party, view_params
 from fedmpi.data.synthetic_pairs import PAIR_SETS, _set_character, generate_pairs
 
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
+
 
 def data_cfg(root, **kw):
     base = dict(root=str(root), image_size=16, workers=0, seed=0, skip_bad=False, val_sets=list(PAIR_SETS),

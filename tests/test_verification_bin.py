@@ -12,6 +12,8 @@ from torchvision.io import decode_image, encode_jpeg, encode_png
 from fedmpi.data import DataError, load_bin, read_pairs
 from tools import pack_bin
 
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
+
 
 def images(n: int, size: int = 12) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(1)

@@ -37,6 +37,7 @@ def _write_atomically(folder: Path, fill) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the set is shared with other users' runs
         fill(tmp)
         os.rename(tmp, folder)
     except OSError:
@@ -98,8 +99,8 @@ def prepare_training_set(spec, data_cfg) -> Path:
 def open_training_set(spec, data_cfg) -> FaceDataset:
     """The party's dataset (its part of the split by identity), labels 0..C_i-1, images image_size square."""
     path = prepare_training_set(spec, data_cfg)
-    common = dict(image_size=data_cfg.image_size, skip_bad=data_cfg.skip_bad, split_index=spec.split_index,
-                  split_count=spec.split_count)
+    common = dict(image_size=data_cfg.image_size, skip_bad=getattr(data_cfg, "skip_bad", False),
+                  split_index=getattr(spec, "split_index", 0), split_count=getattr(spec, "split_count", 1))
     if spec.kind == "folder":
         dataset = FolderFaceDataset(path, **common)
     else:

@@ -10,14 +10,18 @@ import torch.distributed as dist
 
 from fedmpi.algorithms import build_algorithm
 from fedmpi.config import to_yaml
+from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, initial_weights
-from fedmpi.roles.exchange import broadcast_global, gather_locals, weighted_average
+from fedmpi.roles.exchange import broadcast_global, weighted_average
+from fedmpi.roles.federated_validation import ServerValidation
 from fedmpi.roles.progress import Progress
+from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, checkpoint_dir, copy_into, read_part,
+                                     restore_rng)
 from fedmpi.store.h5log import RunLog
 
 
 class Server:
-    def __init__(self, ctx: Context, run_dir, data_description: dict):
+    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
@@ -30,22 +34,32 @@ class Server:
         self.parties = [p.name for p in ctx.layout.parties]
         self.run_dir = run_dir
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
-                          run_name=run_dir.name, parties=self.parties, data=data_description)
+                          run_name=run_dir.name, parties=self.parties, data=data_description,
+                          val_sets=list(cfg.data.val_sets), fv_candidates=cfg.fv.T if cfg.fv.enabled else 0,
+                          resume_round=resume_round)
+        self.validation = ServerValidation(ctx, self.log, self.parties, self.w)  # FV + evaluation
         self.progress = Progress(cfg.rounds, self.parties)
         self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
+        self.elapsed_before = 0.0  # wall time of the rounds before a resume
 
-    def run(self, start_round: int = 0) -> None:
+    def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         cfg = self.ctx.cfg
         broadcast_global(self.ctx, self.theta)
-        started = time.perf_counter()
+        started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            thetas = gather_locals(self.ctx, self.theta, self._slots)
+            thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
             self.aggregate(thetas)
             broadcast_global(self.ctx, self.theta)
             stats = self.ctx.mpi_fed.gather(None, root=0)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
+            self.validation.round_done(r, self.theta)
+            if checkpointer and checkpointer.round_end(
+                    r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):
+                self.finish(preempted=True)
+                return signals.EXIT_PREEMPTED
         self.finish()
+        return 0
 
     def aggregate(self, thetas: list[torch.Tensor]) -> None:
         average = weighted_average(thetas, self.w)
@@ -82,16 +96,39 @@ class Server:
         intra = sum(len(p.ranks) - 1 for p in self.ctx.layout.parties)
         return B * (P + P + intra)
 
-    def finish(self) -> None:
+    def checkpoint_parts(self, wall_time: float) -> dict:
+        """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, FV state."""
+        self.validation.evaluation.run_pending()  # an evaluation due now: the resumed run would not do it
+        tree = {"theta": self.theta, "algorithm": self.algo_state, "w": self.w, "wall_time": wall_time,
+                "validation": self.validation.state_dict(), "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+        return {SERVER_PART: tree}
+
+    def load_checkpoint(self, folder) -> int:
+        """Take the state of a checkpoint written by `checkpoint_parts`; returns the round to continue at."""
+        saved = read_part(folder / SERVER_PART)
+        copy_into(self.theta, saved["theta"], "theta")
+        copy_into(self.algo_state, saved["algorithm"], "algorithm")
+        self.w = saved["w"].to(self.w)
+        self.validation.load_state_dict(saved["validation"])
+        self.state.write(self.theta)
+        self.elapsed_before = float(saved["wall_time"])
+        restore_rng(saved["rng"])
+        return int(saved["_attrs"]["round"])
+
+    def finish(self, preempted: bool = False) -> None:
         cfg = self.ctx.cfg
-        if cfg.run.save_final:
+        if cfg.run.save_final and not preempted:
             torch.save({"theta": self.theta.cpu(), "n_trainable": self.state.n_trainable,
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
+        self.validation.finish()
         self.log.close()
-        self.progress.summary(self.run_dir / "log.h5")
+        self.progress.summary(self.run_dir / "log.h5", extra=self.validation.summary())
 
 
-def run_server(ctx: Context, run_dir, data_description: dict) -> int:
-    Server(ctx, run_dir, data_description).run()
+def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
+    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None)
+    start = server.load_checkpoint(resume.folder) if resume else 0
+    checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
+    code = server.run(start, checkpointer)
     dist.barrier()
-    return 0
+    return code

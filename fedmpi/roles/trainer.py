@@ -10,10 +10,17 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from fedmpi.algorithms import build_algorithm
+from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone
 from fedmpi.roles.exchange import receive_global, send_local
 from fedmpi.roles.precision import Precision
+from fedmpi.store.checkpoint import (Checkpointer, capture_rng, checkpoint_dir, copy_into, party_part, read_part,
+                                     restore_rng)
 from fedmpi.topology import Party
+
+
+class LossNotFinite(SystemExit):
+    """A party's loss is NaN or Inf: the run stops, and the failure guard prints `rank R (role): <message>`."""
 
 
 def open_party_dataset(party: Party, data_cfg):
@@ -31,7 +38,10 @@ def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device)
                                 seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.data.workers,
                                          pin_memory=device.type == "cuda",
-                                         persistent_workers=cfg.data.workers > 0)
+                                         persistent_workers=cfg.data.workers > 0,
+                                         # its own generator: starting the stream draws nothing from the global
+                                         # torch RNG, which a resumed run has just restored
+                                         generator=torch.Generator().manual_seed(cfg.data.seed))
     for images, labels in loader:
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
@@ -69,7 +79,7 @@ class Trainer:
                                 sample_rate=m.sample_rate, seed=cfg.run.seed + 1 + self.party.index,
                                 dtype=self.ctx.dtype)
 
-    def run(self, start_round: int = 0) -> None:
+    def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         cfg, ctx = self.ctx.cfg, self.ctx
         K = cfg.fed.K
         batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * K, ctx.device)
@@ -84,11 +94,14 @@ class Trainer:
                 loss_sum += self.step(images.to(ctx.dtype), labels, lr)
             mean_loss = float(loss_sum) / K
             if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
-                raise FloatingPointError(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
+                raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
             seconds = time.perf_counter() - start
             self.exchange(lr)
             ctx.mpi_fed.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
                                 "images": K * cfg.optim.batch_size}, root=0)
+            if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
+                return signals.EXIT_PREEMPTED
+        return 0
 
     def step(self, images, labels, lr) -> torch.Tensor:
         with self.precision.autocast():
@@ -115,8 +128,35 @@ class Trainer:
         self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], lr, self.algo_state)
         self.state.write(self.global_theta)
 
+    def checkpoint_parts(self) -> dict:
+        """This rank's part of a checkpoint (fedmpi.store.checkpoint): its classifier shard and the shard's
+        optimizer state, the loss scale, its RNGs; the leader also the rule's trainer state (the same on every
+        rank of the party: PFM's M, local momentum), which never leaves the party."""
+        tree = {"classifier": self.classifier.state_dict(), "classifier_optimizer": self.classifier_opt.state_dict(),
+                "precision": {"scale": self.precision.scale, "good_steps": self.precision._good_steps},
+                "rng": capture_rng()}
+        if self.is_leader:
+            tree["algorithm"] = self.algo_state
+        return {party_part(self.party.name, self.party.ranks.index(self.ctx.rank)): tree}
 
-def run_trainer(ctx: Context) -> int:
-    Trainer(ctx).run()
+    def load_checkpoint(self, folder) -> int:
+        """Take this rank's state from a checkpoint written by `checkpoint_parts`; returns the round to continue at
+        (the global Θ came with the server's first broadcast)."""
+        saved = read_part(folder / party_part(self.party.name, self.party.ranks.index(self.ctx.rank)))
+        self.classifier.load_state_dict(saved["classifier"])
+        self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
+        self.precision.scale = float(saved["precision"]["scale"])
+        self.precision._good_steps = int(saved["precision"]["good_steps"])
+        leader = saved if self.is_leader else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
+        copy_into(self.algo_state, leader["algorithm"], "algorithm")
+        restore_rng(saved["rng"])
+        return int(saved["_attrs"]["round"])
+
+
+def run_trainer(ctx: Context, run_dir, resume=None) -> int:
+    trainer = Trainer(ctx)
+    start = trainer.load_checkpoint(resume.folder) if resume else 0
+    checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
+    code = trainer.run(start, checkpointer)
     dist.barrier()
-    return 0
+    return code

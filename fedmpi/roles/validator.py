@@ -1,0 +1,284 @@
+"""Validators: parties that own private validation sets, receive backbones, and return scores only.
+
+Wire protocol between the server (rank 0) and a dedicated validator rank, in the order it happens:
+  server -> validator   control word over mpi4py (tag TAG_CONTROL): "score" | "evaluate" | "stop"
+  server -> validator   for "score" and "evaluate": the backbone, one flat buffer over torch.distributed
+                        (point-to-point on the server+validators group)
+  validator -> server   the reply over mpi4py (tag TAG_REPLY):
+                          "score":    {set: FV score}                       (mean accuracy on the FV folds)
+                          "evaluate": {set: {metric: value}}                (held-out folds, Evaluator keys)
+A validator never receives anything else, and nothing but these numbers leaves it. Requests are answered in
+the order they arrive, so the server may post several backbones before collecting their replies.
+
+With FEDMPI_VALIDATOR_TRACE=<folder> set, a validator appends one JSON line per message that crosses its
+boundary to <folder>/validator-<rank>.jsonl (what it was, never the images), for tests to check the above.
+
+Placement: `fv.placement=dedicated` spreads the sets round-robin over the dedicated validator ranks;
+otherwise (`server`, or FV off) the server hosts all of them in-process through the same `Validator` class,
+one set at a time so that it can look after the round's exchange in between.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from fedmpi import comm
+from fedmpi.roles.context import BackboneState, Context, build_backbone
+from fedmpi.topology import SERVER
+
+TAG_CONTROL = 7301
+TAG_REPLY = 7302
+SCORE, EVALUATE, STOP = "score", "evaluate", "stop"
+CONTROL_WORDS = (SCORE, EVALUATE, STOP)
+TRACE_ENV = "FEDMPI_VALIDATOR_TRACE"
+POLL_INTERVAL_S = 0.002  # how long the server naps when no validator has anything for it
+
+
+def nap() -> None:
+    time.sleep(POLL_INTERVAL_S)
+
+
+def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:
+    """Round-robin: validator k owns val_sets[k], val_sets[k + n], ... (n = number of validator ranks)."""
+    if validators > len(val_sets):
+        raise ValueError(f"fv.validators: {validators} dedicated validators for {len(val_sets)} validation sets "
+                         f"({', '.join(val_sets)}); every validator needs at least one set")
+    return [list(val_sets[k::validators]) for k in range(validators)]
+
+
+def prepare_validation_data(cfg) -> dict[str, Path]:
+    """{set: .bin path}, generating the synthetic sets when missing (rank 0 calls this before the others)."""
+    from fedmpi.data import prepare_validation_sets
+
+    return prepare_validation_sets(cfg.data)
+
+
+class Validator:
+    """Some validation sets and a backbone to load candidates into; scores and evaluates set by set."""
+
+    def __init__(self, cfg, names: list[str], device, dtype):
+        from fedmpi.data import load_bin
+        from fedmpi.evaluator import Evaluator
+
+        paths = prepare_validation_data(cfg)
+        self.names = list(names)
+        self.evaluators = {name: Evaluator({name: load_bin(paths[name], cfg.data.image_size)},
+                                           fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size, device=device)
+                           for name in self.names}
+        self.backbone = build_backbone(cfg, device, dtype)
+        self.state = BackboneState(self.backbone)
+        self._fv_pairs = {name: self._fv_pair_indices(e) for name, e in self.evaluators.items()}
+
+    @staticmethod
+    def _fv_pair_indices(evaluator) -> np.ndarray:
+        from fedmpi.metrics.verification import fold_slices, split_fv_folds
+
+        fv_folds, _ = split_fv_folds(evaluator.fv_folds, evaluator.n_folds)
+        (_, issame), = evaluator.sets.values()
+        slices = fold_slices(len(issame), evaluator.n_folds)
+        return np.concatenate([np.arange(slices[f].start, slices[f].stop) for f in fv_folds])
+
+    def load(self, flat: torch.Tensor) -> None:
+        if flat.numel() != self.state.numel:
+            raise ValueError(f"validator: a backbone of {flat.numel()} values, expected {self.state.numel}")
+        self.state.write(flat)
+
+    def score_set(self, name: str) -> float:
+        """FV score of the loaded backbone on one set. Only the FV folds' pairs are embedded: the held-out
+        half is not needed, and its placeholder scores are never read by the FV-fold accuracy."""
+        from fedmpi.metrics.embed import embed_images, pair_scores
+
+        evaluator = self.evaluators[name]
+        (images, issame), = evaluator.sets.values()
+        pairs = self._fv_pairs[name]
+        image_index = torch.from_numpy(np.stack([2 * pairs, 2 * pairs + 1], 1).reshape(-1))
+        embeddings = embed_images(self.backbone, images[image_index], evaluator.batch_size, evaluator.device)
+        scores = np.zeros(len(issame))
+        scores[pairs] = pair_scores(embeddings)
+        return float(evaluator.fv_scores({name: scores})[name])
+
+    def evaluate_set(self, name: str) -> dict[str, float]:
+        """Held-out metrics of the loaded backbone on one set (each held-out fold's threshold from the other 9)."""
+        return {k: float(v) for k, v in self.evaluators[name].evaluate(self.backbone)[name].items()}
+
+    def answer(self, word: str, flat: torch.Tensor) -> dict:
+        self.load(flat)
+        if word == SCORE:
+            return {name: self.score_set(name) for name in self.names}
+        return {name: self.evaluate_set(name) for name in self.names}
+
+
+class MessageTrace:
+    """Debug record of what crosses a validator's boundary (enabled by FEDMPI_VALIDATOR_TRACE)."""
+
+    def __init__(self, rank: int):
+        folder = os.environ.get(TRACE_ENV)
+        self.path = Path(folder) / f"validator-{rank}.jsonl" if folder else None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, **record) -> None:
+        if self.path:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def serve(ctx: Context, validator: Validator) -> None:
+    """A dedicated validator's loop: answer requests from the server until it says stop."""
+    mpi = comm.mpi_comm()
+    trace = MessageTrace(ctx.rank)
+    trace(direction="start", sets=validator.names)
+    buffer = torch.empty(validator.state.numel, dtype=ctx.dtype, device=ctx.device)
+    while True:
+        word = mpi.recv(source=SERVER, tag=TAG_CONTROL)
+        trace(direction="in", channel="mpi", kind="control", word=word if isinstance(word, str) else repr(word))
+        if word == STOP:
+            return
+        if word not in (SCORE, EVALUATE):
+            raise RuntimeError(f"validator: unknown control word {word!r} from the server "
+                               f"(expected one of {', '.join(CONTROL_WORDS)})")
+        dist.recv(buffer, src=SERVER, group=ctx.groups.validators)
+        trace(direction="in", channel="torch.distributed", kind="backbone", numel=buffer.numel(),
+              dtype=str(buffer.dtype))
+        reply = validator.answer(word, buffer)
+        trace(direction="out", channel="mpi", kind=word, reply=reply)
+        mpi.send(reply, dest=SERVER, tag=TAG_REPLY)
+
+
+def run_validator(ctx: Context) -> int:
+    cfg = ctx.cfg
+    index = ctx.layout.validators.index(ctx.rank)
+    names = assign_sets(list(cfg.data.val_sets), len(ctx.layout.validators))[index]
+    serve(ctx, Validator(cfg, names, ctx.device, ctx.dtype))
+    dist.barrier()
+    return 0
+
+
+# ---------------------------------------------------------------- the server's side of the protocol
+
+
+class Request:
+    """One backbone sent to every validator; the replies of all sets gathered as they come in."""
+
+    def __init__(self, word: str, flat: torch.Tensor, val_sets: list[str]):
+        self.word, self.flat, self.val_sets = word, flat, val_sets
+        self.replies: dict = {}
+
+    @property
+    def done(self) -> bool:
+        return len(self.replies) == len(self.val_sets)
+
+    def result(self) -> dict:
+        return {name: self.replies[name] for name in self.val_sets}
+
+
+class HostedEndpoint:
+    """Sets hosted on the server itself: each progress() step computes one set of the oldest request."""
+
+    def __init__(self, validator: Validator):
+        self.validator = validator
+        self.names = validator.names
+        self._queue: deque[tuple[Request, str]] = deque()
+        self._loaded: Request | None = None
+
+    def post(self, request: Request) -> None:
+        self._queue.extend((request, name) for name in self.names)
+
+    def progress(self) -> bool:
+        if not self._queue:
+            return False
+        request, name = self._queue.popleft()
+        if self._loaded is not request:
+            self.validator.load(request.flat)
+            self._loaded = request
+        if request.word == SCORE:
+            request.replies[name] = self.validator.score_set(name)
+        else:
+            request.replies[name] = self.validator.evaluate_set(name)
+        return True
+
+    def stop(self) -> None:
+        self._queue.clear()
+
+
+class RemoteEndpoint:
+    """A dedicated validator rank: requests go out as control word + backbone, replies come back over MPI."""
+
+    def __init__(self, ctx: Context, rank: int, names: list[str]):
+        self.ctx, self.rank, self.names = ctx, rank, list(names)
+        self._queue: deque[tuple[Request, object]] = deque()
+
+    def post(self, request: Request) -> None:
+        comm.mpi_comm().send(request.word, dest=self.rank, tag=TAG_CONTROL)
+        # the request keeps its backbone unchanged until the reply is in; the send has completed by then
+        self._queue.append((request, dist.isend(request.flat, dst=self.rank, group=self.ctx.groups.validators)))
+
+    def progress(self) -> bool:
+        mpi = comm.mpi_comm()
+        if not self._queue or not mpi.Iprobe(source=self.rank, tag=TAG_REPLY):
+            return False
+        reply = mpi.recv(source=self.rank, tag=TAG_REPLY)
+        request, send = self._queue.popleft()
+        send.wait()
+        missing = set(self.names) - set(reply)
+        if missing:
+            raise RuntimeError(f"validator rank {self.rank}: reply lacks sets {sorted(missing)}")
+        request.replies.update({name: reply[name] for name in self.names})
+        return True
+
+    def stop(self) -> None:
+        while self._queue:  # collect what is still on its way, so no message is left unreceived
+            reply = comm.mpi_comm().recv(source=self.rank, tag=TAG_REPLY)
+            request, send = self._queue.popleft()
+            send.wait()
+            request.replies.update(reply)
+        comm.mpi_comm().send(STOP, dest=self.rank, tag=TAG_CONTROL)
+
+
+class ValidatorPool:
+    """The server's view of every validator: post a backbone to all, advance the replies a step at a time."""
+
+    def __init__(self, endpoints: list, val_sets: list[str]):
+        # dedicated ranks first: they start on a request while the server works on its hosted sets
+        self.endpoints = sorted(endpoints, key=lambda e: isinstance(e, HostedEndpoint))
+        self.val_sets = list(val_sets)
+
+    @classmethod
+    def build(cls, ctx: Context) -> "ValidatorPool":
+        cfg = ctx.cfg
+        val_sets = list(cfg.data.val_sets)
+        if ctx.layout.validators:
+            groups = assign_sets(val_sets, len(ctx.layout.validators))
+            endpoints = [RemoteEndpoint(ctx, rank, names) for rank, names in zip(ctx.layout.validators, groups)]
+        else:
+            endpoints = [HostedEndpoint(Validator(cfg, val_sets, ctx.device, ctx.dtype))]
+        return cls(endpoints, val_sets)
+
+    def post(self, word: str, flat: torch.Tensor) -> Request:
+        request = Request(word, flat, self.val_sets)
+        for endpoint in self.endpoints:
+            endpoint.post(request)
+        return request
+
+    def progress(self) -> bool:
+        """One step on every validator (a reply received, or one hosted set computed); False if none moved."""
+        moved = False
+        for endpoint in self.endpoints:
+            moved = endpoint.progress() or moved
+        return moved
+
+    def wait(self, requests: list[Request]) -> None:
+        while not all(r.done for r in requests):
+            if not self.progress():
+                nap()
+
+    def stop(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.stop()

@@ -1,0 +1,177 @@
+"""Failures never hang and never damage what a run already wrote: a killed rank ends the job, a diverged loss
+stops it with a message naming the party and the round, and bad inputs across config, files and launch end
+with a one-line error and a non-zero exit, leaving existing checkpoints and logs as they were."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from fedmpi.store import checkpoint as ck
+from mpi_scripts.ckpt_common import (WORLD, assert_same_run, copy_run, error_lines, reference_run, rounds_logged,
+                                     sibling_run, snapshot)
+from mpirun import ROOT, mpi_env, mpirun_binary
+
+BAD_INPUT_TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return reference_run(tmp_path_factory)
+
+
+# ---------------------------------------------------------------- a rank dies, a loss diverges
+
+
+def test_a_trainer_killed_with_sigkill_ends_the_job_within_60_s_and_the_run_resumes(reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "killed")
+    stamp = tmp_path / "killed-at"
+    killed = run.launch_signalled(rank=3, round_=5, signal="KILL", stamp=stamp, timeout=240)  # party b's rank
+    assert killed.returncode != 0, killed.stdout + killed.stderr
+    assert time.time() - float(stamp.read_text()) < 60       # from the kill to mpirun's exit
+    # what the run wrote before: rounds 1-4 logged (the log reads as it is), the round-3 checkpoint whole
+    assert rounds_logged(run) == [0, 1, 2, 3]
+    assert [r for r, _ in ck.list_checkpoints(run.ckpt)] == [3]
+    ck.check_complete(run.ckpt / "round_000003")
+
+    resumed = run.launch("--resume", "auto")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert_same_run(reference, run)
+
+
+def test_a_nan_loss_stops_the_run_naming_party_and_round_and_keeps_the_checkpoint(reference, tmp_path):
+    run = copy_run(reference, tmp_path, "nan", drop_after=3)
+    before = snapshot(run.ckpt)
+    result = run.launch("--resume", "auto", "optim.lr=1.0e+30")
+    assert result.returncode != 0
+    diverged = r"rank \d \(trainer:(a|b)\): party \1: loss is (nan|inf|-inf) in round 4"
+    assert any(re.fullmatch(diverged, line) for line in error_lines(result.stderr)), result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(run.ckpt) == before
+    assert rounds_logged(run) == [0, 1, 2]     # the resumed log, readable after the abort
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+BAD_YAML = "parties: [\n"
+
+
+def _corrupt_rec(base):
+    folder = base / "badrec"
+    folder.mkdir(exist_ok=True)
+    (folder / "train.rec").write_bytes(bytes(range(256)) * 8)
+    (folder / "train.idx").write_text("0\t0\n1\t1000\n2\t99999\n")
+    return folder
+
+
+def _truncate_part(run):
+    part = run.ckpt / "round_000006" / "party-a-1.h5"
+    with open(part, "r+b") as f:
+        f.truncate(part.stat().st_size // 2)
+    return run.ckpt / "round_000006"
+
+
+def _drop_manifest(run):
+    (run.ckpt / "round_000006" / ck.MANIFEST).unlink()
+    return run.ckpt / "round_000006"
+
+
+def _garble_manifest(run):
+    (run.ckpt / "round_000006" / ck.MANIFEST).write_text("{not json")
+    return run.ckpt / "round_000006"
+
+
+@dataclass(frozen=True)
+class Bad:
+    ranks: int                    # 1: launched without mpirun (the error comes before the world size check)
+    args: tuple[str, ...]         # may name {base}, {ckpt}, {target}
+    error: str                    # the first error line, a regular expression
+    prepare: Callable | None = None   # run -> {target}; damages a copy of the run when own_copy
+    own_copy: bool = False
+
+
+BAD_INPUTS = {
+    "unknown key": Bad(1, ("optim.lrr=0.1",), r"error: optim\.lrr: unknown key \(known: .*\)"),
+    "bad type": Bad(1, ("optim.batch_size=many",), r"error: optim\.batch_size: expected an integer, got 'many'"),
+    "K not dividing": Bad(1, ("fed.K=5",), r"error: fed\.K: epochs x steps_per_epoch = 12 is not a whole number "
+                                          r"of rounds of K=5"),
+    "milestone off a round boundary": Bad(1, ("optim.epochs=2", "optim.steps_per_epoch=6", "fed.K=4",
+                                              "optim.milestones=[1]"),
+                                          r"error: optim\.milestones\[0\]: epoch 1 ends at step 6, not on a round "
+                                          r"boundary of K=4 .*"),
+    "missing config file": Bad(1, ("--config", "{base}/nowhere.yaml"),
+                               r"error: --config: no such file .*nowhere\.yaml"),
+    "config not YAML": Bad(1, ("--config", "{base}/bad.yaml"), r"error: .*bad\.yaml: not valid YAML .*"),
+    "keep no checkpoint": Bad(1, ("checkpoint.keep=0",), r"error: checkpoint\.keep: must be >= 1, got 0"),
+    "collective timeout of 0": Bad(1, ("run.collective_timeout_s=0",),
+                                   r"error: run\.collective_timeout_s: must be >= 10 s .*got 0\.0"),
+    "world size mismatch": Bad(1, (), r"error: world size: this layout needs 4 MPI ranks \(1 server \+ a 2 \+ "
+                                      r"b 1\), but the job has 1; launch with mpirun -n 4 .*"),
+    "missing rec path": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec",
+                                    "parties.b.data.path={base}/nowhere"),
+                            r"rank 0 \(server\): FileNotFoundError: data\.kind=rec: .*nowhere/train\.rec not "
+                            r"found .*"),
+    "corrupt rec": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec", "parties.b.data.path={target}"),
+                       r"rank 0 \(server\): DataError: .*train\.rec record 2: index offset 99999 is past the "
+                       r"end of the file .*", prepare=lambda run: _corrupt_rec(run.base)),
+    "existing log without --resume": Bad(WORLD, (), r"error: log\.name: .*log\.h5 already exists; choose "
+                                                    r"another log\.name, or continue that run with --resume auto .*"),
+    "--resume without log.name": Bad(WORLD, ("log.name=''", "--resume", "auto"),
+                                     r"error: --resume needs log\.name: .*"),
+    "--resume with an empty value": Bad(WORLD, ("--resume", ""), r"error: --resume: give auto or a checkpoint "
+                                                                 r"folder .*"),
+    "--resume from a missing path": Bad(WORLD, ("--resume", "{ckpt}/round_000009"),
+                                        r"error: .*round_000009: no such checkpoint folder"),
+    "--resume with another topology": Bad(3, ("parties.a.ranks=1", "--resume", "auto"),
+                                          r"error: --resume: .*round_000006 was written by a run with topology "
+                                          r"'1 server \+ a 2 \+ b 1', this run has topology '1 server \+ a 1 \+ "
+                                          r"b 1'; a run resumes only with the same topology"),
+    "--resume with another algorithm": Bad(WORLD, ("fed.algorithm=fedavg", "--resume", "auto"),
+                                           r"error: --resume: .*round_000006 was written by a run with "
+                                           r"fed\.algorithm 'pfm', this run has fed\.algorithm 'fedavg'; .*"),
+    "--resume past the last round": Bad(WORLD, ("optim.steps_per_epoch=4", "--resume", "auto"),
+                                        r"error: --resume: .*round_000006 is after round 6, but this config has "
+                                        r"only 2 rounds"),
+    "--resume from a truncated part": Bad(WORLD, ("--resume", "{target}"),
+                                          r"error: .*round_000006: part party-a-1\.h5 has \d+ bytes, the manifest "
+                                          r"says \d+ \(truncated or rewritten\)", _truncate_part, own_copy=True),
+    "--resume from a checkpoint without manifest": Bad(WORLD, ("--resume", "{target}"),
+                                                       r"error: .*round_000006: no manifest\.json .*",
+                                                       _drop_manifest, own_copy=True),
+    "--resume from a garbled manifest": Bad(WORLD, ("--resume", "{target}"),
+                                            r"error: .*round_000006/manifest\.json: not valid JSON",
+                                            _garble_manifest, own_copy=True),
+}
+
+
+@pytest.fixture(scope="module")
+def victim(reference, tmp_path_factory):
+    """A copy of the reference run that every bad launch below aims at."""
+    run = copy_run(reference, tmp_path_factory.mktemp("victim"), "victim")
+    (run.base / "bad.yaml").write_text(BAD_YAML)
+    return run
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_ends_with_a_one_line_error_and_changes_nothing(case, victim, tmp_path):
+    bad = BAD_INPUTS[case]
+    run = copy_run(victim, tmp_path, "victim") if bad.own_copy else victim
+    target = bad.prepare(run) if bad.prepare else None
+    before = snapshot(run.folder)
+    args = run.args(*[a.format(base=run.base, ckpt=run.ckpt, target=target) for a in bad.args])
+    launcher = [] if bad.ranks == 1 else [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n",
+                                          str(bad.ranks)]
+    result = subprocess.run([*launcher, sys.executable, *args], capture_output=True, text=True,
+                            timeout=BAD_INPUT_TIMEOUT_S, env=mpi_env(), cwd=str(ROOT))
+    assert result.returncode != 0, result.stdout + result.stderr
+    ours = error_lines(result.stderr)
+    assert ours and re.fullmatch(bad.error, ours[0]), result.stderr
+    assert len({line.partition(": ")[2] for line in ours}) == 1, ours   # one error, however many ranks say it
+    assert "Traceback" not in result.stderr
+    assert snapshot(run.folder) == before

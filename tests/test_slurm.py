@@ -1,0 +1,174 @@
+"""The sbatch scripts: sizing (no Slurm needed), then real runs on the one-node Slurm of slurm_cluster.py
+(CPU mode: FEDMPI_CPU=1, gloo, srun --mpi=pmix)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+import yaml
+
+from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {"3party": ROOT / "slurm" / "fedface_3party.sh", "12party": ROOT / "slurm" / "fedface_12party.sh"}
+CONFIGS = {"3party": ROOT / "configs" / "fedface_3party.yaml", "12party": ROOT / "configs" / "fedface_12party.yaml"}
+JOB_TIMEOUT_S = 240
+
+# The paper's layouts with everything else shrunk to a few seconds of CPU work per rank (what is under test
+# here is the allocation, the placement and the launch, not FV or the evaluation).
+SHRINK = ["optim.epochs=1", "optim.steps_per_epoch=2", "fed.K=1", "optim.milestones=[]", "optim.batch_size=4",
+          "model.width=0.25", "model.embedding_size=128", "data.image_size=32", "data.val_pairs_per_fold=10",
+          "data.val_sets=[lfw]", "data.workers=0", "fv.enabled=false"]
+
+
+def shrink_parties(config: Path) -> list[str]:
+    """Small synthetic sets for every party of a config (enough identities for a class on every rank of
+    every split part)."""
+    parties = yaml.safe_load(config.read_text())["parties"]
+    out = []
+    for p in parties:
+        parts = p.get("data", {}).get("split_count", 1)
+        out += [f"parties.{p['name']}.data.identities={16 * parts}", f"parties.{p['name']}.data.images_per_identity=2"]
+    return out
+
+
+def dry_run(script: Path, *args: str, **env: str) -> list[str]:
+    out = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FEDMPI_DRY_RUN": "1", **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def static_options(script: Path) -> list[str]:
+    return [line.split(None, 1)[1].strip() for line in script.read_text().splitlines()
+            if line.startswith("#SBATCH ")]
+
+
+def rounds_logged(log: Path) -> list[int]:
+    with h5py.File(log, "r") as f:
+        return [int(r) for r in f["rounds/round"][:]]
+
+
+# ---------------------------------------------------------------- sizing (no Slurm)
+
+
+@pytest.mark.parametrize("name", ["3party", "12party"])
+def test_static_allocation_is_the_sized_one_for_8_gpu_nodes(name):
+    sized = dry_run(SCRIPTS[name])
+    assert sized[0] == "sbatch"
+    assert sized[-1] == str(SCRIPTS[name])
+    allocation = [o for o in sized if o.startswith(("--nodes", "--ntasks-per-node", "--gres"))]
+    assert allocation == ["--nodes=3", "--ntasks-per-node=8", "--gres=gpu:8"]
+    static = static_options(SCRIPTS[name])
+    assert [o for o in static if o.startswith(("--nodes", "--ntasks-per-node", "--gres"))] == allocation
+    assert "--signal=B:USR1@300" in static and "--requeue" in static
+
+
+def test_sizing_follows_the_site_and_the_overrides(tmp_path):
+    four = dry_run(SCRIPTS["3party"], "fed.K=400", FEDMPI_GPUS_PER_NODE="4")
+    assert "--nodes=5" in four and "--gres=gpu:4" in four and four[-1] == "fed.K=400"
+    cpu = dry_run(SCRIPTS["12party"], FEDMPI_CPU="1")
+    assert "--nodes=1" in cpu and "--ntasks-per-node=17" in cpu and "--gres=none" in cpu
+    validators = dry_run(SCRIPTS["3party"], "fv.placement=dedicated", "fv.validators=3", FEDMPI_CPU="1")
+    assert "--ntasks-per-node=20" in validators
+    site = tmp_path / "site.env"
+    site.write_text("FEDMPI_PARTITION=gpu\nFEDMPI_ACCOUNT=proj42\nFEDMPI_TIME=2-00:00:00\nFEDMPI_GPUS_PER_NODE=4\n")
+    from_site = dry_run(SCRIPTS["3party"], FEDMPI_SITE_FILE=str(site))
+    assert {"--partition=gpu", "--account=proj42", "--time=2-00:00:00", "--nodes=5"} <= set(from_site)
+    env_wins = dry_run(SCRIPTS["3party"], FEDMPI_SITE_FILE=str(site), FEDMPI_GPUS_PER_NODE="8")
+    assert "--nodes=3" in env_wins
+
+
+def test_bad_arguments_are_refused_before_submitting():
+    out = subprocess.run(["bash", str(SCRIPTS["3party"]), "fed.K"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FEDMPI_DRY_RUN": "1"})
+    assert out.returncode == 1
+    assert "argument 'fed.K' is not an override: write key.path=value" in out.stderr
+    out = subprocess.run(["bash", str(SCRIPTS["3party"]), "fed.K=0"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FEDMPI_DRY_RUN": "1"})
+    assert out.returncode == 1 and "fed.K: must be > 0, got 0" in out.stderr
+
+
+# ---------------------------------------------------------------- on the local Slurm
+
+
+def sbatch_wait(cluster, argv: list[str], out: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return cluster.run(["sbatch", "--wait", f"--output={out}", *argv], check=False, timeout=JOB_TIMEOUT_S,
+                       env={"FEDMPI_CPU": "1", **(env or {})}, cwd=str(ROOT))
+
+
+def test_3party_script_runs_all_17_ranks(slurm_cluster, tmp_path):
+    out = tmp_path / "job.out"
+    args = [*SHRINK, *shrink_parties(CONFIGS["3party"]), f"data.root={tmp_path / 'data'}",
+            f"log.dir={tmp_path / 'runs'}", "log.name=3party"]
+    result = sbatch_wait(slurm_cluster, ["--nodes=1", "--ntasks-per-node=17", "--gres=none",
+                                         str(SCRIPTS["3party"]), *args], out)
+    text = out.read_text() if out.exists() else ""
+    assert result.returncode == 0, f"{result.stderr}\n{text}"
+    assert "17 ranks in CPU mode" in text
+    log = tmp_path / "runs" / "3party" / "log.h5"
+    assert rounds_logged(log) == [0, 1], text     # 0-based round numbers
+    with h5py.File(log, "r") as f:
+        assert f["rounds/loss"].shape == (2, 3)
+
+
+def test_12party_script_sizes_and_submits_itself_and_launches_with_mpirun(slurm_cluster, tmp_path):
+    out = tmp_path / "job.out"
+    args = [*SHRINK, *shrink_parties(CONFIGS["12party"]), f"data.root={tmp_path / 'data'}",
+            f"log.dir={tmp_path / 'runs'}", "log.name=12party"]
+    env = {"FEDMPI_CPU": "1", "FEDMPI_SBATCH_ARGS": f"--wait --output={out}", "FEDMPI_LAUNCHER": "mpirun",
+           "FEDMPI_MPIRUN": str(Path(sys.executable).parent / "mpirun"),
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    result = slurm_cluster.run(["bash", str(SCRIPTS["12party"]), *args], check=False, timeout=JOB_TIMEOUT_S,
+                               env=env, cwd=str(tmp_path))
+    text = out.read_text() if out.exists() else ""
+    assert result.returncode == 0, f"{result.stderr}\n{text}"
+    assert "17 ranks in CPU mode" in text and "--map-by seq:file=" in text
+    log = tmp_path / "runs" / "12party" / "log.h5"
+    with h5py.File(log, "r") as f:
+        assert f["rounds/loss"].shape == (2, 12)
+
+
+def test_a_too_small_allocation_is_refused_with_the_options_it_needs(slurm_cluster, tmp_path):
+    out = tmp_path / "job.out"
+    result = sbatch_wait(slurm_cluster, ["--nodes=1", "--ntasks=4", "--gres=none", str(SCRIPTS["3party"])], out)
+    assert result.returncode == 1
+    text = out.read_text()
+    assert "allocation too small: the layout needs 17 ranks (server 1 + ms1m 8 + ga 4 + vgg 4)" in text
+    assert "submit with sbatch --nodes=1 --ntasks-per-node=17 --gres=none" in text
+
+
+def test_preempted_run_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster, tmp_path):
+    out = tmp_path / "job.out"
+    demo = ROOT / "configs" / "demo_cpu.yaml"
+    args = ["--config", str(demo), "optim.epochs=1", "optim.steps_per_epoch=200", "fed.K=10", "optim.milestones=[]",
+            "optim.batch_size=4", "data.val_pairs_per_fold=10", "data.val_sets=[lfw,cfp_fp]",
+            f"data.root={tmp_path / 'data'}", f"log.dir={tmp_path / 'runs'}"]    # log.name: the script names it
+    submitted = slurm_cluster.run(["sbatch", "--parsable", f"--output={out}", "--nodes=1", "--ntasks-per-node=5",
+                                   "--gres=none", str(SCRIPTS["3party"]), *args],
+                                  env={"FEDMPI_CPU": "1"}, cwd=str(ROOT))
+    job = submitted.stdout.strip().split(";")[0]
+    log = tmp_path / "runs" / f"fedface-3party-{job}" / "log.h5"     # the same folder for both attempts
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (out.exists() and re.search(r"^round 2/", out.read_text(), re.M)):
+        assert time.monotonic() < deadline, f"no round logged in time:\n{out.read_text() if out.exists() else ''}"
+        assert slurm_cluster.job_fields(job).get("JobState") in ("PENDING", "RUNNING"), out.read_text()
+        time.sleep(0.5)
+    # What Slurm's --signal=B:USR1@300 does before the time limit: signal the batch shell, which forwards it.
+    slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job])
+    fields = slurm_cluster.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, JOB_TIMEOUT_S)
+    text = out.read_text()
+    assert fields["JobState"] == "COMPLETED", text
+    assert fields["Restarts"] == "1", text
+    first, _, second = text.partition("restart 1 of job")
+    assert second, text
+    resumed = [int(r) for r in re.findall(r"^round (\d+)/20", second, re.M)]
+    stopped_at = max(int(r) for r in re.findall(r"^round (\d+)/20", first, re.M))
+    assert resumed and resumed[0] == stopped_at + 1 and resumed[-1] == 20, text
+    assert rounds_logged(log) == list(range(20))

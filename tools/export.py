@@ -1,0 +1,102 @@
+"""`python -m tools.export CHECKPOINT --out model.pth [--onnx model.onnx]`
+
+The global backbone Θ of a checkpoint as an insightface-compatible model: `model.pth` is the backbone's
+state_dict (insightface's IResNet key names, float32), loadable with `fedmpi.models.iresnet(...)` or
+insightface's own `iresnet*`; `model.onnx` takes input `data` [batch, 3, H, W] (batch dynamic) and returns
+`embedding` [batch, d]. The architecture comes from the config saved in the checkpoint.
+
+CHECKPOINT is a checkpoint folder (ckpt/round_000012), or a run or ckpt folder (its newest complete one).
+ONNX needs the `onnx` package; without it the .pth is still written and the ONNX export is skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from fedmpi.config import ConfigError, config_from_yaml
+from fedmpi.store.checkpoint import SERVER_PART, ResumeError, read_part, resolve_checkpoint
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+def load_global_backbone(checkpoint: str | Path) -> tuple[torch.nn.Module, object, Path]:
+    """(backbone holding Θ in float32, eval mode; the run's config; the checkpoint folder used)."""
+    from fedmpi.roles.context import BackboneState, build_backbone
+
+    folder = resolve_checkpoint(Path(checkpoint))
+    saved = read_part(folder / SERVER_PART, ("theta", "config"))
+    cfg = config_from_yaml(saved["config"], where=f"{folder / SERVER_PART}: config")
+    backbone = build_backbone(cfg, torch.device("cpu"), torch.float32)
+    state = BackboneState(backbone)
+    theta = saved["theta"]
+    if theta.numel() != state.numel:
+        raise ExportError(f"{folder / SERVER_PART}: theta has {theta.numel()} values, the {cfg.model.backbone} "
+                          f"of its config has {state.numel}")
+    state.write(theta.to(torch.float32))
+    return backbone.eval(), cfg, folder
+
+
+def _replace_atomically(out: Path, write) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export_state_dict(backbone: torch.nn.Module, out: Path) -> None:
+    _replace_atomically(Path(out), lambda tmp: torch.save(backbone.state_dict(), tmp))
+
+
+def export_onnx(backbone: torch.nn.Module, image_size: int, out: Path) -> None:
+    try:
+        import onnx
+    except ImportError:
+        raise ExportError("the onnx package is not installed (pip install onnx)") from None
+    example = torch.zeros(1, 3, image_size, image_size)
+
+    def write(tmp):
+        torch.onnx.export(backbone, (example,), str(tmp), input_names=["data"], output_names=["embedding"],
+                          dynamic_axes={"data": {0: "batch"}, "embedding": {0: "batch"}}, dynamo=False)
+        onnx.checker.check_model(str(tmp))
+
+    _replace_atomically(Path(out), write)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="checkpoint folder, or a run/ckpt folder (its newest complete one)")
+    parser.add_argument("--out", required=True, help="where to write the state_dict (.pth)")
+    parser.add_argument("--onnx", default=None, help="also write an ONNX model here")
+    args = parser.parse_args(argv)
+    try:
+        backbone, cfg, folder = load_global_backbone(args.checkpoint)
+        export_state_dict(backbone, Path(args.out))
+    except (ResumeError, ConfigError, ExportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    m = cfg.model
+    print(f"{args.out}: {m.backbone} (width {m.width}, embedding {m.embedding_size}, input {cfg.data.image_size}) "
+          f"from {folder}")
+    if args.onnx:
+        try:
+            export_onnx(backbone, cfg.data.image_size, Path(args.onnx))
+        except ExportError as exc:
+            print(f"--onnx skipped: {exc}", file=sys.stderr)
+            return 0
+        print(f"{args.onnx}: input data [batch, 3, {cfg.data.image_size}, {cfg.data.image_size}], "
+              f"output embedding [batch, {m.embedding_size}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
