@@ -30,6 +30,10 @@ class DataSpec:
     split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
     split_count: int = 1
     shuffle_labels: bool = False     # permute the labels over the images (useless data; FV behaviour tests)
+    dirichlet_clients: int = 0       # > 0: this party is one client of a Dirichlet partition (Hsu et al.) ...
+    dirichlet_client: int = 0        # ... of the dataset into this many clients: client index
+    dirichlet_alpha: float = 1.0     # concentration; 0 = one class per client
+    dirichlet_seed: int = 0
 
 
 @dataclass
@@ -336,6 +340,11 @@ def validate(cfg: Config) -> Config:
             fail(f"{where}.data.path", f"kind {d.kind} needs a path")
         if d.split_count <= 0 or not 0 <= d.split_index < d.split_count:
             fail(f"{where}.data.split_index", f"must be in 0..split_count-1 (split_count={d.split_count})")
+        if d.dirichlet_clients < 0 or (d.dirichlet_clients and not 0 <= d.dirichlet_client < d.dirichlet_clients):
+            fail(f"{where}.data.dirichlet_client", f"must be in 0..dirichlet_clients-1 "
+                                                   f"(dirichlet_clients={d.dirichlet_clients})")
+        if d.dirichlet_alpha < 0:
+            fail(f"{where}.data.dirichlet_alpha", f"must be >= 0, got {d.dirichlet_alpha}")
         if d.kind == "synthetic" and d.identities < d.split_count:
             fail(f"{where}.data.identities", f"an empty party: {d.identities} identities cannot be split "
                                              f"into {d.split_count} parts")

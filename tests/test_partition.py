@@ -70,3 +70,26 @@ def test_bad_arguments():
         dirichlet_partition(LABELS, 4, -1, 0)
     with pytest.raises(ValueError, match=r"prior must be 10 non-negative weights"):
         dirichlet_partition(LABELS, 4, 1.0, 0, prior=[1, 1])
+
+
+def test_a_party_can_be_one_client_of_a_dirichlet_partition_recorded_for_the_log(tmp_path):
+    """Config -> dataset: parties.NAME.data.dirichlet_* select one client; seed and partition hash are described."""
+    from fedmpi.config import load_config
+    from fedmpi.data import open_training_set
+    from fedmpi.run import prepare_data
+    from fedmpi.topology import build_layout
+
+    common = ["parties=[{name: a, data: {identities: 12, images_per_identity: 5, dirichlet_clients: 3, "
+              "dirichlet_client: 1, dirichlet_alpha: 0.0, dirichlet_seed: 7}}]",
+              "data.image_size=16", f"data.root={tmp_path}"]
+    cfg = load_config(None, common)
+    description = prepare_data(cfg, build_layout(cfg))["a"]
+    client = open_training_set(cfg.parties[0].data, cfg.data)
+    assert client.num_classes == 1 and len(client) == 5    # alpha = 0: one class per client, all its images
+    assert description["dirichlet"]["seed"] == 7 and description["dirichlet"]["clients"] == 3
+    again = open_training_set(cfg.parties[0].data, cfg.data).describe()["dirichlet"]["hash"]
+    assert again == description["dirichlet"]["hash"]
+    other = load_config(None, [*common, "parties.a.data.dirichlet_seed=8"])
+    assert open_training_set(other.parties[0].data, other.data).describe()["dirichlet"]["hash"] != again
+    with pytest.raises(Exception, match=r"parties.a.data.dirichlet_client: must be in 0..dirichlet_clients-1"):
+        load_config(None, [*common, "parties.a.data.dirichlet_client=3"])

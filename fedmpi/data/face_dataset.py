@@ -194,7 +194,8 @@ class FaceSubset(FaceDataset):
         return [*self.base.members(), self.indices]
 
     def describe(self) -> dict:
-        return {**super().describe(), "of": self.base.describe()}
+        extra = {"dirichlet": self.partition} if getattr(self, "partition", None) else {}
+        return {**super().describe(), **extra, "of": self.base.describe()}
 
 
 class ConcatFaceDataset(FaceDataset):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .face_dataset import FaceDataset, FolderFaceDataset, RecFaceDataset
+from .partition import dirichlet_partition, partition_hash
 from .faces_emore import write_faces_emore
 from .images import encode
 from .synthetic import generate_party, style_of
@@ -107,7 +108,20 @@ def open_training_set(spec, data_cfg) -> FaceDataset:
         dataset = RecFaceDataset(path, kind=spec.kind, **common)
     if getattr(spec, "shuffle_labels", False):  # every image gets a random one of the party's labels
         dataset.labels = np.random.default_rng([data_cfg.seed, 0x5EED]).permutation(dataset.labels)
+    clients = getattr(spec, "dirichlet_clients", 0)
+    if clients:
+        dataset = dirichlet_client(dataset, clients, spec.dirichlet_client, spec.dirichlet_alpha, spec.dirichlet_seed)
     return dataset
+
+
+def dirichlet_client(dataset: FaceDataset, clients: int, client: int, alpha: float, seed: int) -> FaceDataset:
+    """One client of a Dirichlet partition of `dataset` (Hsu et al.); the partition's seed and hash go to the
+    run log through describe()."""
+    parts = dirichlet_partition(dataset.labels, clients, alpha, seed)
+    subset = dataset.subset(parts[client])
+    subset.partition = {"alpha": float(alpha), "seed": int(seed), "clients": int(clients), "client": int(client),
+                        "hash": partition_hash(parts)}
+    return subset
 
 
 def validation_params(data_cfg) -> dict:
