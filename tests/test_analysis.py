@@ -409,6 +409,39 @@ def test_tools_on_a_real_run(real_run, tmp_path):
     assert_png(tmp_path / "real.png")
 
 
+@pytest.fixture(scope="session")
+def real_fv_runs(tmp_path_factory) -> Path:
+    """Two real runs of one setting: FedFace (PFM + FV, one FV iteration per round) and its centralized baseline."""
+    from mpirun import mpirun
+    root = tmp_path_factory.mktemp("real_fv")
+    common = [*REAL_RUN[:-2], "optim.steps_per_epoch=15", "data.val_sets=[lfw,cfp_fp]", "data.val_pairs_per_fold=10",
+              f"log.dir={root}", f"data.root={root / 'data'}"]
+    for extra in (["fv.enabled=true", "fv.iterations_per_round=1", "log.name=fedface"],
+                  ["fed.algorithm=centralized", "fv.enabled=false", "log.name=central"]):
+        proc = mpirun(4, ["-m", "fedmpi.run", *common, *extra], timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root
+
+
+def test_relative_and_weights_on_real_fedface_and_centralized_runs(real_fv_runs, tmp_path):
+    from tools import relative, weights
+    fedface, central = read_h5(real_fv_runs / "fedface" / "log.h5"), read_h5(real_fv_runs / "central" / "log.h5")
+    assert len(fedface["fv/w"]) >= 1
+    rows = run_csv(relative.main, [real_fv_runs], tmp_path, "rel.csv")
+    header, row = rows[0], rows[1]
+    assert row[1] == "PFM+FV"
+    for name in ("lfw", "cfp_fp"):
+        expected = 100 * (fedface[f"eval/{name}/accuracy"][-1] - central[f"eval/{name}/accuracy"][-1])
+        assert close(row[header.index(name)], expected, tol=1e-6)
+    rows = run_csv(weights.main, [real_fv_runs / "fedface"], tmp_path, "w.csv")
+    header = rows[0]
+    for i, party in enumerate(PARTIES):
+        (row,) = [r for r in rows[1:] if r[:3] == ["fedface", "PFM+FV", party]]
+        assert close(row[header.index("w last")], fedface["fv/w"][-1][i])
+    relative.main([str(real_fv_runs), "--fig", str(tmp_path / "rel.png")])
+    assert_png(tmp_path / "rel.png")
+
+
 # ------------------------------------------------------------------ reading a log while it is written
 
 WRITER = textwrap.dedent("""
