@@ -144,6 +144,10 @@ class ServerValidation:
                 moved = True
         return moved
 
+    def flush_evaluations(self) -> None:
+        """Run every evaluation that is due now (before a checkpoint: a resumed run would not run it)."""
+        self.evaluation.run_pending()
+
     def round_done(self, r: int, theta: torch.Tensor) -> None:
         """After round r's aggregation and broadcast: report FV, keep Θ for evaluation when one is due."""
         n = 0 if self.fv is None else self.fv.completed_in_round

@@ -25,6 +25,13 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (loss * self.scale if self.scaling else loss).backward()
 
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "good_steps": self._good_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale = float(state["scale"])
+        self._good_steps = int(state["good_steps"])
+
     def unscale_and_check(self, params) -> bool:
         """Divide grads by the loss scale; False (skip the step, halve the scale) when any is not finite."""
         if not self.scaling:

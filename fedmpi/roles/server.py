@@ -6,16 +6,15 @@ import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from fedmpi.algorithms import build_algorithm
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
-from fedmpi.roles.context import BackboneState, Context, build_backbone, initial_weights
+from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
 from fedmpi.roles.exchange import broadcast_global, weighted_average
 from fedmpi.roles.federated_validation import ServerValidation
 from fedmpi.roles.progress import Progress
-from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, checkpoint_dir, copy_into, read_part,
+from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, copy_into, read_part,
                                      restore_rng)
 from fedmpi.store.h5log import RunLog
 
@@ -98,7 +97,7 @@ class Server:
 
     def checkpoint_parts(self, wall_time: float) -> dict:
         """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, FV state."""
-        self.validation.evaluation.run_pending()  # an evaluation due now: the resumed run would not do it
+        self.validation.flush_evaluations()
         tree = {"theta": self.theta, "algorithm": self.algo_state, "w": self.w, "wall_time": wall_time,
                 "validation": self.validation.state_dict(), "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
         return {SERVER_PART: tree}
@@ -127,8 +126,4 @@ class Server:
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
     server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None)
-    start = server.load_checkpoint(resume.folder) if resume else 0
-    checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
-    code = server.run(start, checkpointer)
-    dist.barrier()
-    return code
+    return drive(server, ctx, run_dir, resume)

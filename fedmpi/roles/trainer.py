@@ -6,15 +6,14 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from fedmpi.algorithms import build_algorithm
 from fedmpi.roles import signals
-from fedmpi.roles.context import BackboneState, Context, build_backbone
+from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
 from fedmpi.roles.exchange import receive_global, send_local
 from fedmpi.roles.precision import Precision
-from fedmpi.store.checkpoint import (Checkpointer, capture_rng, checkpoint_dir, copy_into, party_part, read_part,
+from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
 from fedmpi.topology import Party
 
@@ -133,7 +132,7 @@ class Trainer:
         optimizer state, the loss scale, its RNGs; the leader also the rule's trainer state (the same on every
         rank of the party: PFM's M, local momentum), which never leaves the party."""
         tree = {"classifier": self.classifier.state_dict(), "classifier_optimizer": self.classifier_opt.state_dict(),
-                "precision": {"scale": self.precision.scale, "good_steps": self.precision._good_steps},
+                "precision": self.precision.state_dict(),
                 "rng": capture_rng()}
         if self.is_leader:
             tree["algorithm"] = self.algo_state
@@ -145,8 +144,7 @@ class Trainer:
         saved = read_part(folder / party_part(self.party.name, self.party.ranks.index(self.ctx.rank)))
         self.classifier.load_state_dict(saved["classifier"])
         self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
-        self.precision.scale = float(saved["precision"]["scale"])
-        self.precision._good_steps = int(saved["precision"]["good_steps"])
+        self.precision.load_state_dict(saved["precision"])
         leader = saved if self.is_leader else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
         copy_into(self.algo_state, leader["algorithm"], "algorithm")
         restore_rng(saved["rng"])
@@ -154,9 +152,4 @@ class Trainer:
 
 
 def run_trainer(ctx: Context, run_dir, resume=None) -> int:
-    trainer = Trainer(ctx)
-    start = trainer.load_checkpoint(resume.folder) if resume else 0
-    checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
-    code = trainer.run(start, checkpointer)
-    dist.barrier()
-    return code
+    return drive(Trainer(ctx), ctx, run_dir, resume)
