@@ -121,6 +121,28 @@ class EvalConfig:
 
 
 @dataclass
+class ClientsConfig:
+    """Cross-device simulation (Hsu et al. 2019), on when population > 0: virtual clients trained one after
+    another on `ranks` trainer ranks (the parties are then unused). Client batch: optim.batch_size; client lr:
+    optim.lr (constant); weight decay: optim.weight_decay; client momentum: fed.local_momentum."""
+    population: int = 0              # M virtual clients (0: the silo parties train)
+    fraction: float = 0.1            # C: max(floor(C M), 1) clients report each round
+    images: int = 500                # n images per client
+    alpha: float = 1.0               # label skew: q_k ~ Dir(alpha p); 0 = one class per client
+    partition_seed: int = 0
+    sampler_seed: int = 0
+    epochs: int = 1                  # E local epochs per round
+    rounds: int = 100
+    ranks: int = 2                   # trainer ranks the clients are spread over
+    dataset: str = "synthetic"       # synthetic | cifar10 (a cifar-10-batches-py folder at clients.path)
+    path: str = ""
+    train_images: int = 50000        # synthetic only
+    test_images: int = 10000         # synthetic only
+    augment: bool = False            # random crop (pad 4) and horizontal flip; off, as in the paper
+    eval_images: int = 0             # test images per evaluation (0: the whole test set)
+
+
+@dataclass
 class LogConfig:
     dir: str = "runs"
     name: str = ""                   # run folder under dir; empty: <algorithm>-<timestamp>
@@ -152,6 +174,7 @@ class Config:
     fed: FedConfig = field(default_factory=FedConfig)
     fv: FVConfig = field(default_factory=FVConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -162,11 +185,18 @@ class Config:
         return self.optim.epochs * self.optim.steps_per_epoch
 
     @property
+    def cross_device(self) -> bool:
+        return self.clients.population > 0
+
+    @property
     def rounds(self) -> int:
-        return self.total_steps // self.fed.K
+        return self.clients.rounds if self.cross_device else self.total_steps // self.fed.K
 
     def lr_at_round(self, r: int) -> float:
-        """eta_r for round r (0-based); constant within a round since milestones fall on round boundaries."""
+        """eta_r for round r (0-based); constant within a round since milestones fall on round boundaries.
+        Cross-device clients use a constant lr (Hsu et al.: no decay)."""
+        if self.cross_device:
+            return self.optim.lr
         step = r * self.fed.K
         drops = sum(1 for m in self.optim.milestones if step >= m * self.optim.steps_per_epoch)
         return self.optim.lr * self.optim.gamma ** drops
@@ -190,6 +220,7 @@ CHOICES = {
     "fv.placement": ("server", "dedicated"),
     "run.device": ("auto", "cpu", "cuda"),
     "run.dtype": ("float32", "float64"),
+    "clients.dataset": ("synthetic", "cifar10"),
     "data.val_kind": ("synthetic", "bin"),
     "parties.data.kind": ("synthetic", "rec", "folder"),
     "parties.data.style": ("ms1m", "ga", "vgg"),
@@ -413,7 +444,35 @@ def validate(cfg: Config) -> Config:
                                          f"got {cfg.run.collective_timeout_s}")
     if math.isnan(o.lr):
         fail("optim.lr", "is NaN")
+    if cfg.cross_device:
+        validate_clients(cfg, fail)
     return cfg
+
+
+def validate_clients(cfg: Config, fail) -> None:
+    c = cfg.clients
+    for key in ("population", "images", "epochs", "rounds", "ranks"):
+        if getattr(c, key) <= 0:
+            fail(f"clients.{key}", f"must be > 0, got {getattr(c, key)}")
+    if not 0 < c.fraction <= 1:
+        fail("clients.fraction", f"must be in (0, 1], got {c.fraction}")
+    if not c.alpha >= 0:
+        fail("clients.alpha", f"must be >= 0, got {c.alpha}")
+    if c.dataset == "synthetic" and (c.train_images <= 0 or c.test_images <= 0):
+        fail("clients.train_images", f"the synthetic set needs train and test images, got {c.train_images}, "
+                                     f"{c.test_images}")
+    if c.dataset == "synthetic" and cfg.fed.algorithm != "centralized" and c.population * c.images > c.train_images:
+        fail("clients.images", f"{c.population} clients x {c.images} images exceed the {c.train_images} "
+                               f"training images")
+    if c.dataset == "cifar10" and not c.path:
+        fail("clients.path", "clients.dataset cifar10 needs the cifar-10-batches-py folder")
+    if cfg.fed.algorithm not in ("fedavg", "fedavgm", "centralized"):
+        fail("fed.algorithm", f"cross-device clients (clients.population > 0) run fedavg, fedavgm or centralized, "
+                              f"not {cfg.fed.algorithm}")
+    if cfg.fv.enabled:
+        fail("fv.enabled", "FV weights silo parties; cross-device clients (clients.population > 0) have none")
+    if c.eval_images < 0:
+        fail("clients.eval_images", f"must be >= 0, got {c.eval_images}")
 
 
 # ------------------------------------------------------------------ entry point

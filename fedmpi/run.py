@@ -64,6 +64,10 @@ def prepare_data(cfg, layout) -> dict:
     """Make sure every party's data is there (generating synthetic sets); describe it for the run log."""
     from fedmpi.data import open_training_set, prepare_training_set
 
+    if cfg.cross_device:
+        from fedmpi.crossdevice.client_data import cifar_folder
+        cifar_folder(cfg)  # the synthetic set is written here when missing; the server logs the partition
+        return {}
     description = {}
     for party in layout.parties:
         for i, spec in enumerate(party.specs):
@@ -100,12 +104,15 @@ def main(argv=None) -> int:
         from fedmpi.roles.context import build_context
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
-        if rank == SERVER:
+        if rank == SERVER and not cfg.cross_device:
             from fedmpi.roles.validator import prepare_validation_data
             prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
         mpi.Barrier()
         configure_determinism(cfg)
         ctx = build_context(cfg, layout)
+        if cfg.cross_device:
+            from fedmpi.crossdevice.roles import run_cross_device
+            return run_cross_device(ctx, run_dir, resume)
         if role == "server":
             from fedmpi.roles.server import run_server
             return run_server(ctx, run_dir, description, resume=resume)

@@ -1,6 +1,7 @@
 """Ranks -> roles. Rank 0 is the server; then each party's trainer ranks in config order; then dedicated
 validators. The layout depends on the algorithm: `centralized` merges all parties into one holding the union
-of their data (same ranks in all), `solo` keeps one party alone."""
+of their data (same ranks in all), `solo` keeps one party alone. Cross-device runs (clients.population > 0)
+have one group `clients` of clients.ranks trainer ranks, each training its share of the sampled clients."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,7 +64,9 @@ class Layout:
 
 def build_layout(cfg: Config) -> Layout:
     algorithm = cfg.fed.algorithm
-    if algorithm == "centralized":
+    if cfg.cross_device:  # the virtual clients' trainer ranks (fedmpi.crossdevice), whatever the rule
+        groups = [("clients", cfg.clients.ranks, ())]
+    elif algorithm == "centralized":
         groups = [("centralized", sum(p.ranks for p in cfg.parties), tuple(p.data for p in cfg.parties))]
     elif algorithm == "solo":
         groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties if p.name == cfg.fed.solo_party]

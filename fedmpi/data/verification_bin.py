@@ -6,7 +6,6 @@ only the globals those objects need, so a crafted file cannot run code.
 """
 from __future__ import annotations
 
-import codecs
 import io
 import pickle
 from pathlib import Path
@@ -17,51 +16,13 @@ import torch
 
 from .errors import DataError
 from .images import decode, resize
+from .safe_pickle import PlainDataUnpickler
 
-try:  # numpy >= 1.26 names its internals numpy._core; files written by numpy 1.x name numpy.core
-    from numpy._core import multiarray as _multiarray, numeric as _numeric
-except ImportError:  # pragma: no cover
-    from numpy.core import multiarray as _multiarray, numeric as _numeric
+_PAIR_SET_HOLDS = "a .bin pair set holds only bytes, lists, tuples, bools, ints and numpy arrays"
 
 
-def _dtype(*args, **kwargs):
-    dt = np.dtype(*args, **kwargs)
-    if dt.hasobject:
-        raise pickle.UnpicklingError(f"object dtype {dt} is not admitted")
-    return dt
-
-
-def _latin1_encode(text, encoding="latin1"):
-    # Protocol 2 pickles of bytes written by Python 3 call _codecs.encode(str, 'latin1').
-    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
-        raise pickle.UnpicklingError(f"_codecs.encode admitted only for latin1 text, got {encoding!r}")
-    return codecs.encode(text, "latin1")
-
-
-_NUMPY_ARRAY = {"_reconstruct": _multiarray._reconstruct, "scalar": _multiarray.scalar}
-ADMITTED_GLOBALS = {
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): _dtype,
-    ("_codecs", "encode"): _latin1_encode,
-    **{(m, name): f for m in ("numpy.core.multiarray", "numpy._core.multiarray") for name, f in _NUMPY_ARRAY.items()},
-    **{(m, "_frombuffer"): _numeric._frombuffer for m in ("numpy.core.numeric", "numpy._core.numeric")},
-}
-
-
-class _PairSetUnpickler(pickle.Unpickler):
-    def __init__(self, file, path):
-        super().__init__(file, encoding="bytes")
-        self.path = path
-
-    def find_class(self, module, name):
-        try:
-            return ADMITTED_GLOBALS[(module, name)]
-        except KeyError:
-            raise DataError(self.path, f"refused pickle global {module}.{name}: a .bin pair set holds only "
-                                       f"bytes, lists, tuples, bools, ints and numpy arrays") from None
-
-    def persistent_load(self, pid):
-        raise DataError(self.path, "refused pickle persistent id: not part of a .bin pair set")
+def _PairSetUnpickler(file, path):
+    return PlainDataUnpickler(file, path, _PAIR_SET_HOLDS)
 
 
 def read_pairs(path) -> tuple[list[bytes], np.ndarray]:

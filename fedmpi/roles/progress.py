@@ -23,7 +23,7 @@ class Progress:
         self.last_loss: np.ndarray | None = None
         self.started = time.time()
 
-    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float) -> None:
+    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, note: str = "") -> None:
         if self.first_loss is None:
             self.first_loss = loss.copy()
         self.last_loss = loss.copy()
@@ -31,7 +31,7 @@ class Progress:
         eta = wall_time / done * (self.rounds - done)
         losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
         self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
-                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}\n")
+                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}{'  ' + note if note else ''}\n")
         self.stream.flush()
 
     def summary(self, log_path, extra: str = "") -> None:

@@ -9,6 +9,7 @@ Layout (schema version 1):
   /fv/<col>        one row per FV iteration: round, iteration, candidates [T,P], raw_scores [T,V],
                    norm_scores [T,V], chosen, w [P]           (attrs: validators = JSON list of set names)
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns
+  /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ class RunLog:
 
     def __init__(self, path: str | Path, *, config_yaml: str, algorithm: str, run_name: str,
                  parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
-                 data: dict | None = None, resume_round: int | None = None):
+                 data: dict | None = None, resume_round: int | None = None, extra_tables: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_round is not None and self.path.exists():
@@ -52,6 +53,8 @@ class RunLog:
             tmp = self.path.with_suffix(".h5.tmp")
             with h5py.File(tmp, "w", libver="latest") as f:
                 self._create(f, config_yaml, algorithm, run_name, parties, val_sets, fv_candidates, data or {})
+                for name, columns in (extra_tables or {}).items():  # {table: {column: (shape, dtype)}}
+                    _table(f.require_group(name), columns)
             tmp.replace(self.path)
             self.f = h5py.File(self.path, "r+", libver="latest")
         self.f.swmr_mode = True
@@ -84,9 +87,9 @@ class RunLog:
 
     def _truncate(self, resume_round: int) -> None:
         """Drop rows logged after the checkpoint we resume from (round numbers >= resume_round)."""
-        for table in ("rounds", "fv", "eval"):
-            g = self.f.get(table)
-            if g is None or "round" not in g:
+        for table in self.f:
+            g = self.f[table]
+            if not isinstance(g, h5py.Group) or "round" not in g:
                 continue
             keep = int(np.sum(g["round"][:] < resume_round))
             for ds in _datasets(g):

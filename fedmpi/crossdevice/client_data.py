@@ -1,0 +1,80 @@
+"""The clients' data: CIFAR-10 (a `cifar-10-batches-py` folder, or the synthetic set written in that layout),
+Hsu et al.'s partition into clients, and the tensors a batch becomes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedmpi.data.cifar import CLASSES, ImageSet, batches_folder, load_cifar10
+from fedmpi.data.hsu_partition import client_class_histogram, hsu_partition
+from fedmpi.data.partition import partition_hash
+from fedmpi.data.synthetic_cifar import synthetic_cifar_folder
+
+
+@dataclass
+class ClientData:
+    train: ImageSet
+    test: ImageSet
+    parts: list[np.ndarray]      # client k's indices into train
+    mean: torch.Tensor           # per-channel, of the training images (0..1 scale)
+    std: torch.Tensor
+    description: dict            # for the run log's /data
+
+    def sizes(self) -> np.ndarray:
+        return np.array([len(p) for p in self.parts], dtype=np.int64)
+
+
+def cifar_folder(cfg) -> Path:
+    """The `cifar-10-batches-py` folder: the user's, or the synthetic one (written when missing)."""
+    c = cfg.clients
+    if c.dataset == "cifar10":
+        return batches_folder(c.path)
+    return synthetic_cifar_folder(cfg.data.root, c.train_images, c.test_images, cfg.data.seed)
+
+
+def partition(cfg, labels: np.ndarray) -> list[np.ndarray]:
+    """Hsu's partition of the training labels; `centralized`: one client holding every training image."""
+    c = cfg.clients
+    if cfg.fed.algorithm == "centralized":
+        return [np.arange(len(labels), dtype=np.int64)]
+    return hsu_partition(labels, c.population, c.images, c.alpha, c.partition_seed,
+                         prior=np.full(CLASSES, 1.0 / CLASSES))
+
+
+def open_client_data(cfg) -> ClientData:
+    folder = cifar_folder(cfg)
+    train, test, _ = load_cifar10(folder)
+    parts = partition(cfg, train.labels)
+    scaled = train.images.reshape(len(train), 3, -1)
+    mean = np.array([scaled[:, ch].mean() for ch in range(3)]) / 255
+    std = np.array([scaled[:, ch].std() for ch in range(3)]) / 255
+    histogram = client_class_histogram(parts, train.labels, CLASSES)
+    c = cfg.clients
+    description = {"dataset": c.dataset, "folder": str(folder), "train": len(train), "test": len(test),
+                   "clients": {"population": len(parts), "images": int(len(parts[0])), "alpha": c.alpha,
+                               "seed": c.partition_seed, "hash": partition_hash(parts),
+                               "histogram": histogram.tolist()}}
+    return ClientData(train, test, parts, torch.tensor(mean), torch.tensor(std), description)
+
+
+def to_tensor(images: np.ndarray, mean: torch.Tensor, std: torch.Tensor, dtype) -> torch.Tensor:
+    """uint8 [b, 3, 32, 32] -> standardised float [b, 3, 32, 32]."""
+    x = torch.from_numpy(images).to(dtype).div_(255)
+    return x.sub_(mean.to(dtype).view(1, 3, 1, 1)).div_(std.to(dtype).view(1, 3, 1, 1))
+
+
+def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random crop with 4 px zero padding and a random horizontal flip, per image."""
+    b, _, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
+    dy = torch.randint(0, 9, (b,), generator=generator)
+    dx = torch.randint(0, 9, (b,), generator=generator)
+    flip = torch.rand(b, generator=generator) < 0.5
+    out = torch.empty_like(x)
+    for i in range(b):
+        crop = padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w]
+        out[i] = crop.flip(-1) if flip[i] else crop
+    return out

@@ -1,0 +1,12 @@
+"""Which cross-device role a rank plays: rank 0 the server, every other rank a trainer of virtual clients."""
+from __future__ import annotations
+
+from fedmpi.topology import SERVER
+
+
+def run_cross_device(ctx, run_dir, resume=None) -> int:
+    if ctx.rank == SERVER:
+        from fedmpi.crossdevice.server import run_client_server
+        return run_client_server(ctx, run_dir, resume)
+    from fedmpi.crossdevice.trainer import run_client_trainer
+    return run_client_trainer(ctx, run_dir, resume)
