@@ -1,6 +1,7 @@
-"""`python -m jobs.sweep NAME [--only RUNS] [--dry-run] [--wait] [key=value ...]`: submit one of the paper's
-sweeps (fig4, table1, fig5; see jobs/sweeps.py) as Slurm job arrays through submitit, one array per rank
-layout. Every run logs to {folder}/runs/{run}/log.h5; {folder}/index.json records what ran where and is
+"""`python -m jobs.sweep NAME [--only RUNS] [--dry-run] [--wait] [--local] [key=value ...]`: submit one of the
+papers' sweeps (fig4, table1, fig5, hsu; see jobs/sweeps.py) as Slurm job arrays through submitit, one array per
+rank layout, or with --local run them one after another on this machine under mpirun. The hsu grid is reduced
+by --alpha/--fraction/--epochs/--lr/--seeds/--beta/--algorithms. Every run logs to {folder}/runs/{run}/log.h5; {folder}/index.json records what ran where and is
 updated while --wait waits (bounded by --timeout). `python -m jobs.sweep --status FOLDER` refreshes and
 prints the states of an earlier sweep. Extra key=value overrides apply to every run."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import submitit
 
 from jobs.executor import allocation_for, layout_of, make_executor
+from jobs.hsu_sweep import add_grid_arguments, grid_from_args
 from jobs.index import new_index, read_index, write_index
 from jobs.site import ROOT, Site, load_site
 from jobs.sweeps import RunSpec, plan
@@ -98,7 +100,7 @@ def refresh(folder: Path, timeout_s: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.sweep", description=__doc__)
-    parser.add_argument("name", nargs="?", help="fig4 | table1 | fig5")
+    parser.add_argument("name", nargs="?", help="fig4 | table1 | fig5 | hsu")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run (e.g. to shrink runs)")
     parser.add_argument("--only", action="append", default=[], help="run names or glob patterns, comma-separated")
     parser.add_argument("--folder", default=None, help="sweep folder (default sweeps/NAME-TIMESTAMP)")
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait / --status waits at most")
     parser.add_argument("--parallel", type=int, default=None, help="at most this many runs of an array at once")
     parser.add_argument("--status", metavar="FOLDER", default=None, help="refresh and print an earlier sweep")
+    parser.add_argument("--local", action="store_true", help="run here, one run after another, under mpirun "
+                                                             "(--timeout bounds each run)")
+    add_grid_arguments(parser)
     args = parser.parse_intermixed_args(argv)
     try:
         if args.status:
@@ -114,12 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             print_table(index["runs"])
             return 0 if all(r["state"] == "COMPLETED" for r in index["runs"]) else 1
         if not args.name:
-            parser.error("give a sweep name (fig4, table1, fig5) or --status FOLDER")
+            parser.error("give a sweep name (fig4, table1, fig5, hsu) or --status FOLDER")
         bad = [o for o in args.overrides if "=" not in o]
         if bad:
             parser.error(f"argument {bad[0]!r} is not an override: write key.path=value")
-        site = load_site()
-        runs = plan(args.name, args.only, args.overrides)
+        site = Site(cpu=True) if args.local else load_site()
+        runs = plan(args.name, args.only, args.overrides, grid_from_args(args))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         folder = Path(args.folder or Path("sweeps") / f"{args.name}-{stamp}").resolve()
         rows = planned_rows(runs, folder, site)
@@ -135,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     index = new_index(args.name, folder)
     index["runs"] = rows
+    if args.local:
+        from jobs.local import run_rows_locally
+        run_rows_locally(rows, folder, index, args.timeout)
+        print_table(rows)
+        return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
     jobs = submit_rows(rows, folder, site, Path(os.getcwd()), args.parallel, f"fedmpi-{args.name}")
     path = write_index(folder, index)
     print(f"submitted {len(jobs)} runs; index {path}", file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ fig4:   settings (a) K=100, (b) K=400, (c) K=1600 (3-party IR-18 ArcFace), (d) C
         (f) 12-party K=100  x  methods centralized, fedavg, fedavg+fv, pfm, fedface (= pfm + FV)
 table1: IR-18 ArcFace, IR-18 CosFace, IR-34 ArcFace (3-party, K=100)  x  solo per party, centralized, fedavg, pfm
 fig5:   FV's score normalisation, local vs moving, for fedavg+fv and pfm+fv (IR-18, 3-party, K=100)
+hsu:    Hsu et al.'s CIFAR-10 grid, alpha x C x E x client lr x seed, FedAvg and FedAvgM x beta (jobs/hsu_sweep.py)
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from jobs.hsu_sweep import HsuGrid, hsu_runs
 from jobs.site import ROOT
 
 CONFIG_3PARTY = "configs/fedface_3party.yaml"
@@ -76,15 +78,18 @@ def fig5() -> list[RunSpec]:
             for m in ("fedavg+fv", "fedface") for norm in NORMS]
 
 
-SWEEPS = {"fig4": fig4, "table1": table1, "fig5": fig5}
+SWEEPS = {"fig4": fig4, "table1": table1, "fig5": fig5, "hsu": lambda grid=None: hsu_runs(grid, RunSpec)}
 
 
-def plan(name: str, only: list[str] | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[RunSpec]:
+def plan(name: str, only: list[str] | None = None, extra: list[str] | tuple[str, ...] = (),
+         grid: HsuGrid | None = None) -> list[RunSpec]:
     """The runs of sweep `name`, those whose names match `only` (names or glob patterns) when given, each
-    with the `extra` overrides appended (they win over the sweep's own)."""
+    with the `extra` overrides appended (they win over the sweep's own). `grid` reduces the hsu sweep."""
     if name not in SWEEPS:
         raise ValueError(f"unknown sweep {name!r} (known: {', '.join(SWEEPS)})")
-    runs = SWEEPS[name]()
+    if grid is not None and name != "hsu":
+        raise ValueError(f"the grid flags (--alpha, --lr, ...) are for the hsu sweep, not {name}")
+    runs = SWEEPS[name](grid) if name == "hsu" else SWEEPS[name]()
     if only:
         patterns = [p for item in only for p in item.split(",") if p]
         unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(r.name, p) for r in runs)]

@@ -104,3 +104,29 @@ def test_synthetic_set_is_balanced_deterministic_and_written_in_the_layout(tmp_p
     assert path.name == "cifar-10-batches-py" and synthetic_cifar_folder(tmp_path, 200, 50, seed=3) == path
     train, test, _ = load_cifar10(path)
     assert np.array_equal(train.images, a_train.images) and np.array_equal(test.labels, a_test.labels)
+
+
+def test_mcmahan_cnn_layers_and_parameter_count():
+    import torch
+
+    from fedmpi.models.cifar_cnn import CifarCNN
+
+    model = CifarCNN()
+    assert sum(p.numel() for p in model.parameters()) == 1_756_426
+    assert [tuple(p.shape) for p in model.parameters()] == [
+        (64, 3, 5, 5), (64,), (64, 64, 5, 5), (64,), (384, 4096), (384,), (192, 384), (192,), (10, 192), (10,)]
+    assert sum(p.numel() for p in CifarCNN(input_size=24).parameters()) == 1_068_298  # McMahan's "about 10^6"
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_augmentation_is_off_by_default_and_keeps_shapes():
+    import torch
+
+    from fedmpi.config import load_config
+    from fedmpi.crossdevice.client_data import augment
+
+    assert load_config("configs/hsu_cifar10.yaml").clients.augment is False
+    x = torch.arange(2 * 3 * 32 * 32, dtype=torch.float32).reshape(2, 3, 32, 32)
+    a = augment(x, torch.Generator().manual_seed(0))
+    b = augment(x, torch.Generator().manual_seed(0))
+    assert a.shape == x.shape and torch.equal(a, b) and not torch.equal(a, x)

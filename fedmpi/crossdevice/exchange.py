@@ -1,42 +1,106 @@
-"""A cross-device round's communication. Control (the round's client assignment, per-rank statistics) goes
-over MPI; tensors over torch.distributed in one group of the server and every trainer rank:
+"""A cross-device round's communication, as the exchange of the server's round loop (docs/ARCHITECTURE.md,
+"The round loop and its exchange"). Control (the round's client assignment, per-rank statistics) goes over
+MPI; tensors over torch.distributed in one group of the server and every trainer rank:
   down: the server broadcasts Theta (one flat buffer);
-  up:   the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k] are summed onto the server by one reduce,
-        so the bytes of a round grow with the number of trainer ranks, never with the clients a rank trains."""
+  up:   the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k] (float64) are summed onto the server by one
+        reduce, so the bytes of a round grow with the number of trainer ranks, never with the clients a rank
+        trains.
+The server side samples the round's clients (the exchange is where a round's uploads come from)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.topology import SERVER
 
 
+def client_group(ctx):
+    """The torch.distributed group of server + trainer ranks; every rank of a cross-device run (there are no
+    validators) creates it, in the same order."""
+    return comm.new_group([SERVER, *ctx.layout.trainer_ranks])
+
+
 class ClientExchange:
+    """Server side. `rows` is None (no per-party uploads: FV cannot run on it)."""
+    rows = None
+
+    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, numel: int):
+        self.ctx, self.sampler, self.sizes, self.numel = ctx, sampler, sizes, numel
+        self.trainers = ctx.layout.trainer_ranks
+        self.group = client_group(ctx)
+        self.payload = torch.zeros(numel + 1, dtype=torch.float64, device=ctx.device)
+        self.clients = np.zeros(0, dtype=np.int64)
+        self._work = None
+        self._theta_bytes = 0
+
+    @property
+    def participation(self) -> float:
+        return len(self.clients) / self.sampler.population
+
+    def send(self, theta: torch.Tensor) -> None:
+        self._theta_bytes = theta.numel() * theta.element_size()
+        dist.broadcast(theta, src=SERVER, group=self.group)
+
+    def post(self, r: int) -> None:
+        """Sample round r's clients, tell each trainer rank its share, start the reduction of their models."""
+        self.clients = self.sampler.sample()
+        self.ctx.mpi_fed.bcast((r, assign_to_ranks(self.clients, self.sizes, len(self.trainers))), root=SERVER)
+        self.payload.zero_()
+        self._work = dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+
+    def is_complete(self) -> bool:
+        return self._work is None or self._work.is_completed()
+
+    def wait(self) -> None:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+
+    def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
+        """sum_k n_k theta_k / sum_k n_k over the round's clients (w is not used: the weights are the clients'
+        example counts, applied on the trainer ranks before the reduction)."""
+        out.copy_(self.payload[:-1] / self.payload[-1])
+        return out
+
+    def round_stats(self) -> list[dict]:
+        return [s for s in self.ctx.mpi_fed.gather(None, root=SERVER) if s is not None]
+
+    def bytes_per_round(self) -> dict:
+        """Theta down to every trainer rank, every trainer rank's payload up (as the reduce's inputs)."""
+        R = len(self.trainers)
+        return {"up": R * self.payload.numel() * self.payload.element_size(), "down": R * self._theta_bytes,
+                "intra": 0}
+
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class TrainerSide:
+    """A trainer rank's end of the exchange."""
+
     def __init__(self, ctx):
         self.ctx = ctx
         self.trainers = ctx.layout.trainer_ranks
-        # every rank of a cross-device run (server and trainers; there are no validators) creates it
-        self.group = comm.new_group([SERVER, *self.trainers])
+        self.group = client_group(ctx)
 
-    def broadcast(self, theta: torch.Tensor) -> None:
+    def receive_global(self, theta: torch.Tensor) -> None:
         dist.broadcast(theta, src=SERVER, group=self.group)
 
-    def reduce(self, payload: torch.Tensor) -> torch.Tensor:
-        """Sum of every rank's payload, on the server (the server adds zeros)."""
-        dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)
-        return payload
-
-    def send_assignment(self, r: int, assignment: list[list[int]]) -> None:
-        self.ctx.mpi_fed.bcast((r, assignment), root=SERVER)
-
     def receive_assignment(self, r: int) -> list[int]:
-        """This trainer rank's clients of round r."""
+        """This rank's clients of round r."""
         sent_r, assignment = self.ctx.mpi_fed.bcast(None, root=SERVER)
         if sent_r != r:
             raise RuntimeError(f"client assignment for round {sent_r + 1} arrived in round {r + 1}")
         return assignment[self.trainers.index(self.ctx.rank)]
 
-    def bytes_per_round(self, payload_bytes: int, theta_bytes: int) -> int:
-        """Theta down to every trainer rank and every trainer rank's payload up (as the reduce's inputs)."""
-        return len(self.trainers) * (payload_bytes + theta_bytes)
+    def send_local(self, payload: torch.Tensor) -> None:
+        dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)
+
+    def send_stats(self, stats: dict) -> None:
+        self.ctx.mpi_fed.gather(stats, root=SERVER)

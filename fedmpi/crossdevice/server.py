@@ -1,7 +1,8 @@
-"""The server of a cross-device run (Hsu et al., Algorithm 1): each round it samples the reporting clients,
-spreads them over the trainer ranks, reduces sum_k n_k theta_k / sum_k n_k, applies the rule's server update
-(FedAvg; FedAvgM: server momentum, heavy ball or Nesterov), broadcasts Theta, logs the round and evaluates the
-global model's test accuracy every eval.every rounds and after the last."""
+"""The server of a cross-device run (Hsu et al., Algorithm 1). Its loop has the shape of the server's round loop
+(docs/ARCHITECTURE.md): the exchange (fedmpi.crossdevice.exchange) samples the reporting clients, spreads them
+over the trainer ranks and reduces sum_k n_k theta_k / sum_k n_k; the rule's server update (FedAvg; FedAvgM:
+server momentum, heavy ball or Nesterov) makes the new Theta, which goes back to the trainers; then the round is
+logged and the global model's test accuracy evaluated every eval.every rounds and after the last."""
 from __future__ import annotations
 
 import time
@@ -15,7 +16,7 @@ from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, test_accuracy
 from fedmpi.crossdevice.exchange import ClientExchange
 from fedmpi.crossdevice.model import build_client_model
-from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
+from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, drive
 from fedmpi.roles.evaluation import evaluation_due
@@ -28,7 +29,6 @@ class ClientServer:
     def __init__(self, ctx, run_dir, resume_round: int | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
-        self.exchange = ClientExchange(ctx)
         self.data = open_client_data(cfg)
         self.model = build_client_model(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(self.model)
@@ -37,11 +37,13 @@ class ClientServer:
         self.algo_state = self.algorithm.init_server_state(self.theta[:self.state.n_trainable])
         c = cfg.clients
         population = len(self.data.parts)
-        self.sampler = ClientSampler(population, c.fraction if population > 1 else 1.0, c.sampler_seed)
+        sampler = ClientSampler(population, c.fraction if population > 1 else 1.0, c.sampler_seed)
+        self.exchange = ClientExchange(ctx, sampler, self.data.sizes(), self.state.numel)
+        self.mean = torch.empty_like(self.theta)
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
                           run_name=run_dir.name, parties=["clients"], data=self.data.description,
                           resume_round=resume_round,
-                          extra_tables={"clients": {"round": ((), "i8"), "ids": ((self.sampler.count,), "i8")},
+                          extra_tables={"clients": {"round": ((), "i8"), "ids": ((sampler.count,), "i8")},
                                         "eval": EVAL_COLUMNS})
         self.run_dir = run_dir
         self.progress = Progress(cfg.rounds, ["clients"])
@@ -50,18 +52,16 @@ class ClientServer:
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
         cfg, ex = self.ctx.cfg, self.exchange
-        ex.broadcast(self.theta)
+        ex.send(self.theta)
         started = time.perf_counter() - self.elapsed_before
-        sizes = self.data.sizes()
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            clients = self.sampler.sample()
-            ex.send_assignment(r, assign_to_ranks(clients, sizes, len(ex.trainers)))
-            payload = ex.reduce(torch.zeros(self.state.numel + 1, dtype=torch.float64, device=self.ctx.device))
-            self.aggregate(payload)
-            ex.broadcast(self.theta)
-            stats = [s for s in self.ctx.mpi_fed.gather(None, root=0) if s is not None]
-            self.log.append("clients", round=r, ids=clients)
+            ex.post(r)
+            ex.wait()
+            self.aggregate(ex.weighted_mean(None, self.mean))
+            ex.send(self.theta)
+            stats = ex.round_stats()
+            self.log.append("clients", round=r, ids=ex.clients)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             if checkpointer and checkpointer.round_end(r + 1, lambda: self.checkpoint_parts(
                     time.perf_counter() - started)):
@@ -70,13 +70,11 @@ class ClientServer:
         self.finish()
         return 0
 
-    def aggregate(self, payload: torch.Tensor) -> None:
-        """Theta <- the rule's server update from sum_k n_k theta_k / sum_k n_k (Hsu et al., Algorithm 1)."""
-        average = (payload[:-1] / payload[-1]).to(self.theta.dtype)
+    def aggregate(self, average: torch.Tensor) -> None:
+        """Theta <- the rule's server update from the clients' average sum_k n_k theta_k / sum_k n_k."""
         n = self.state.n_trainable
-        new = average
-        new[:n] = self.algorithm.server_update(self.theta[:n], average[:n], self.algo_state)
-        self.theta.copy_(new)
+        self.theta[n:] = average[n:]
+        self.theta[:n] = self.algorithm.server_update(self.theta[:n], average[:n], self.algo_state)
 
     def record(self, r: int, stats: list[dict], round_time: float, wall_time: float) -> None:
         cfg = self.ctx.cfg
@@ -84,8 +82,7 @@ class ClientServer:
         loss = np.array([sum(s["loss_sum"] for s in stats) / max(weight, 1)])
         images = sum(s["images"] for s in stats)
         seconds = max(s["seconds"] for s in stats)
-        ex = self.exchange
-        bytes_moved = ex.bytes_per_round(8 * (self.state.numel + 1), self.state.nbytes())
+        bytes_moved = sum(self.exchange.bytes_per_round().values())
         self.log.append("rounds", round=r, step=r + 1, lr=cfg.lr_at_round(r), wall_time=wall_time,
                         round_time=round_time, images_per_s=images / round_time, bytes_moved=bytes_moved,
                         loss=loss, party_images_per_s=np.array([images / max(seconds, 1e-9)]))
@@ -100,7 +97,7 @@ class ClientServer:
         self.progress.line(r, loss, images / round_time, wall_time, note)
 
     def checkpoint_parts(self, wall_time: float) -> dict:
-        tree = {"theta": self.theta, "algorithm": self.algo_state, "sampler": self.sampler.state_dict(),
+        tree = {"theta": self.theta, "algorithm": self.algo_state, "exchange": self.exchange.state_dict(),
                 "wall_time": wall_time, "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
         return {SERVER_PART: tree}
 
@@ -108,7 +105,7 @@ class ClientServer:
         saved = read_part(folder / SERVER_PART)
         copy_into(self.theta, saved["theta"], "theta")
         copy_into(self.algo_state, saved["algorithm"], "algorithm")
-        self.sampler.load_state_dict(saved["sampler"])
+        self.exchange.load_state_dict(saved["exchange"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
         restore_rng(saved["rng"])

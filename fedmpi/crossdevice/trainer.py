@@ -6,7 +6,7 @@ import time
 
 from fedmpi.algorithms import build_algorithm
 from fedmpi.crossdevice.client_data import open_client_data
-from fedmpi.crossdevice.exchange import ClientExchange
+from fedmpi.crossdevice.exchange import TrainerSide
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.model import build_client_model
 from fedmpi.roles import signals
@@ -18,7 +18,7 @@ class ClientTrainer:
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
-        self.exchange = ClientExchange(ctx)
+        self.exchange = TrainerSide(ctx)
         data = open_client_data(cfg)
         model = build_client_model(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(model)
@@ -29,15 +29,15 @@ class ClientTrainer:
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
         cfg, ex = self.ctx.cfg, self.exchange
-        ex.broadcast(self.theta)
+        ex.receive_global(self.theta)
         for r in range(start_round, cfg.rounds):
             clients = ex.receive_assignment(r)
             start = time.perf_counter()
             payload, stats = self.local.train_round(self.theta, clients, r, cfg.lr_at_round(r))
             stats["seconds"] = time.perf_counter() - start
-            ex.reduce(payload)
-            ex.broadcast(self.theta)
-            self.ctx.mpi_fed.gather(stats, root=0)
+            ex.send_local(payload)
+            ex.receive_global(self.theta)
+            ex.send_stats(stats)
             # clients are stateless and their batch order comes from (seed, round, client): nothing to save
             if checkpointer and checkpointer.round_end(r + 1, lambda: {}):
                 return signals.EXIT_PREEMPTED

@@ -2,10 +2,11 @@
 tests need no download and go through the real reader.
 
 Each class is three oriented gratings (its own frequencies and orientations) with a class colour tint. An image
-of class c draws every grating at a random phase (so no pixel carries the class: a linear model on raw pixels
-stays near chance), with its frequency and orientation jittered, in random colours mixed with the class tint,
-at a random contrast, over a weaker copy of another class's gratings, plus per-pixel noise. Telling the
-classes apart takes local oriented filters, which a CNN learns.
+of class c draws every grating at a random phase (no pixel position carries the class), with its frequency and
+orientation jittered, in random colours mixed with the class tint, at a random contrast, over a weaker copy of
+another class's gratings, plus per-pixel noise. Telling the classes apart takes local oriented filters: on 5,000
+training images a linear model on raw pixels reaches about 29% test accuracy (the tint), the McMahan CNN about
+46% after 2 epochs of SGD (lr 0.05, batch 64) and keeps improving.
 """
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ def _waves(cls: np.ndarray, g: dict, rng: np.random.Generator) -> np.ndarray:
     phase = rng.uniform(0, 2 * np.pi, (n, GRATINGS))
     arg = 2 * np.pi * freq[..., None, None] * (x * np.cos(angle)[..., None, None] + y * np.sin(angle)[..., None, None])
     wave = np.sin(arg + phase[..., None, None])                                    # [N, G, 32, 32]
-    colour = 0.6 * g["tint"][cls][:, None, :] + rng.normal(0, 1, (n, GRATINGS, 3))  # [N, G, 3]
+    colour = g["tint"][cls][:, None, :] + rng.normal(0, 1, (n, GRATINGS, 3))  # [N, G, 3]
     return np.einsum("ngc,ngyx->ncyx", colour, wave) / np.sqrt(GRATINGS)
 
 
-def render(labels: np.ndarray, g: dict, rng: np.random.Generator, noise: float = 0.6,
-           distractor: float = 0.5) -> np.ndarray:
+def render(labels: np.ndarray, g: dict, rng: np.random.Generator, noise: float = 0.4,
+           distractor: float = 0.35) -> np.ndarray:
     """uint8 [N, 3, 32, 32] images of the given classes."""
     n = len(labels)
     others = (labels + rng.integers(1, CLASSES, n)) % CLASSES

@@ -1,0 +1,47 @@
+"""Run a sweep's planned rows on this machine, one after another, each as `mpirun -n WORLD python -m
+fedmpi.run ...` (a laptop or a single node without Slurm). The index is rewritten after every run, so an
+interrupted sweep shows what finished; rerunning with --only picks up the rest."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from jobs.index import write_index
+from jobs.site import ROOT
+
+
+def mpirun_command(world: int) -> list[str]:
+    here = Path(sys.executable).parent / "mpirun"
+    binary = str(here) if here.exists() else (shutil.which("mpirun") or "mpirun")
+    return [binary, "--oversubscribe", "--bind-to", "none", "-n", str(world), sys.executable]
+
+
+def local_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # Open MPI refuses root unless told
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: float) -> None:
+    """Each row in turn; its state becomes COMPLETED, FAILED (exit status recorded) or TIMEOUT."""
+    for i, row in enumerate(rows):
+        row["state"] = "RUNNING"
+        write_index(folder, index)
+        print(f"[{i + 1}/{len(rows)}] {row['name']}", file=sys.stderr, flush=True)
+        output = Path(row["log_dir"])
+        output.mkdir(parents=True, exist_ok=True)
+        cmd = [*mpirun_command(row["world"]), "-m", "fedmpi.run", "--config", str(ROOT / row["config"]),
+               *row["overrides"]]
+        try:
+            with open(output / "stdout.txt", "w") as out, open(output / "stderr.txt", "w") as err:
+                code = subprocess.run(cmd, stdout=out, stderr=err, env=local_env(), timeout=timeout_s).returncode
+            row.update(state="COMPLETED" if code == 0 else "FAILED", exit_status=code)
+        except subprocess.TimeoutExpired:
+            row.update(state="TIMEOUT", exit_status=None)
+        write_index(folder, index)
