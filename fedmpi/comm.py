@@ -146,8 +146,9 @@ def views(flat: torch.Tensor, like: Iterable[torch.Tensor]) -> list[torch.Tensor
 # ---------------------------------------------------------------- failure discipline
 
 
-def run_guarded(role: str, fn: Callable[[], int | None]) -> int:
-    """Run one rank's work; any exception prints `rank R (role): message` and aborts the whole MPI job."""
+def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[], None] | None = None) -> int:
+    """Run one rank's work; any exception prints `rank R (role): message` and aborts the whole MPI job
+    (`on_failure` runs first, after the message: it undoes what a failed start left behind)."""
     comm = mpi_comm()
     try:
         code = fn()
@@ -156,16 +157,21 @@ def run_guarded(role: str, fn: Callable[[], int | None]) -> int:
         if exc.code in (0, None):
             return 0
         message = exc.code if isinstance(exc.code, str) else f"exit status {exc.code}"
-        _abort(comm, role, message)
+        _abort(comm, role, message, on_failure)
     except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
         if os.environ.get("FEDMPI_TRACEBACK"):
             traceback.print_exc()
-        _abort(comm, role, f"{type(exc).__name__}: {exc}")
+        _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
     return 1
 
 
-def _abort(comm, role: str, message: str) -> None:
+def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None = None) -> None:
     sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    if on_failure is not None:
+        try:
+            on_failure()
+        except Exception:  # noqa: BLE001 - the abort below matters more than a clean-up
+            pass
     comm.Abort(1)
