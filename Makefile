@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench clean hsu-cpu
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,17 @@ demo: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest tests -q -ra $(PYTEST_ARGS)
+
+# Hsu et al.'s table at CPU scale (docs/results/README.md): 100 clients of 100 synthetic images, 150 rounds,
+# alpha in {100, 1, 0.1, 0}, C in {0.1, 0.4}, E = 1, 3 client lrs, FedAvg and FedAvgM beta = 0.9, one seed.
+HSU_CPU := docs/results/hsu-cpu
+hsu-cpu: $(STAMP)
+	$(PY) -m jobs.sweep hsu --local --folder $(HSU_CPU) --alpha 100,1,0.1,0 --fraction 0.1,0.4 --epochs 1 \
+		--lr 0.01,0.03,0.1 --seeds 0 --beta 0.9 clients.population=100 clients.images=100 \
+		clients.train_images=10000 clients.test_images=2000 clients.rounds=150 eval.every=50 run.device=cpu \
+		data.root=data $(ARGS)
+	$(PY) -m tools.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
+	$(PY) -m tools.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
 
 clean:
 	rm -rf runs data .pytest_cache

@@ -6,7 +6,8 @@
    sum_k n_k theta_k accumulation (goal: >= 0.9x). One thread, CPU.
 2. Round time and bytes per round at M = 100 clients of 500 images (the paper's population) for C = 0.1 and 0.4
    on 1, 2 and 4 trainer ranks: `python -m fedmpi.run --config configs/hsu_cifar10.yaml` under mpirun, read
-   from the run logs (mean round time over the rounds after the first).
+   from the run logs (mean round time over the rounds after the first); run.deterministic=true, and the final
+   global models of the different rank counts are compared (max |difference|, bitwise equality).
 
     python -m tools.bench_clients [--clients 10] [--rounds 3] [--ranks 1 2 4] [--fractions 0.1 0.4]
                                   [--out /tmp/bench_clients] [--skip-rounds]
@@ -89,11 +90,14 @@ def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: in
     print(f"2. M=100 clients x 500 images, E=1, B=64, {rounds} rounds (mean round time of rounds 2..), CPU/gloo:")
     print(f"   {'C':>4}  {'trainer ranks':>13}  {'round time s':>12}  {'MB per round':>12}  {'up MB':>8}")
     for C in fractions:
+        finals = {}
         for R in ranks:
             name = f"C{C:g}-R{R}"
             args = ["-m", "fedmpi.run", "--config", CONFIG, f"clients.fraction={C}", f"clients.ranks={R}",
                     f"clients.rounds={rounds}", "eval.every=0", "clients.eval_images=500", "run.device=cpu",
-                    f"data.root={out / 'data'}", f"log.dir={out}", f"log.name={name}"]
+                    "run.deterministic=true", f"run.save_final={out / name}.pt", f"data.root={out / 'data'}",
+                    f"log.dir={out}", f"log.name={name}"]
+            (out / name / "log.h5").unlink(missing_ok=True)
             proc = mpirun(R + 1, args, timeout=3600)
             if proc.returncode:
                 raise SystemExit(f"{name} failed:\n{proc.stderr[-2000:]}")
@@ -104,6 +108,11 @@ def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: in
                                                                      torch.float32).parameters()) + 1)
             print(f"   {C:>4g}  {R:>13d}  {np.mean(steady):12.2f}  {t['bytes_moved'][-1] / 1e6:12.2f}  "
                   f"{up / 1e6:8.2f}", flush=True)
+            finals[R] = torch.load(out / f"{name}.pt")["theta"]
+        first = finals[ranks[0]]
+        same = {R: (bool(torch.equal(first, theta)), float((first - theta).abs().max())) for R, theta in finals.items()}
+        print(f"   C={C:g}: global model after {rounds} rounds vs {ranks[0]} rank(s): "
+              + ", ".join(f"{R} ranks {'bitwise equal' if eq else f'max |diff| {d:.3g}'}" for R, (eq, d) in same.items()))
 
 
 def main() -> int:

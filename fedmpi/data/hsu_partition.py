@@ -3,9 +3,9 @@
 For each client k: q_k ~ Dir(alpha p), p the class prior; then each of its n images' class is drawn from q_k
 and the image is taken, without replacement, from that class's pool (pools shuffled once by the seed).
 
-A dry pool: when an image's class has no images left, its class is drawn again from q_k restricted to the
-classes that still have images (renormalised); when none of q_k's classes has any left, from the prior p
-restricted the same way. So every client holds exactly n images whenever clients x n <= the set's size.
+A dry pool: the client's n classes are drawn from q_k; the draws a class's pool cannot serve (its last ones in
+draw order) are drawn again, one by one, from q_k restricted to the classes that still have images
+(renormalised); when none of q_k's classes has any left, from the prior p restricted the same way. So every client holds exactly n images whenever clients x n <= the set's size.
 alpha = 0 is the limit of one class per client: the class is drawn from p among the classes that still hold
 at least n images (none left: an error, the population does not fit one class per client).
 """
@@ -60,16 +60,21 @@ def _image_classes(rng, concentration, p, left, n) -> np.ndarray:
         q[rng.choice(len(q), p=p)] = 1.0
     q = q / q.sum()
     drawn = rng.choice(len(q), size=n, p=q)
-    if (np.bincount(drawn, minlength=len(q)) <= left).all():
+    counts = np.bincount(drawn, minlength=len(q))
+    if (counts <= left).all():
         return drawn
-    taken = np.zeros(len(q), dtype=np.int64)
-    for i, c in enumerate(drawn):  # in draw order: the images past a pool's end are drawn again
-        if taken[c] >= left[c]:
-            room = left > taken
-            weights = q * room if (q * room).sum() > 0 else p * room
-            if weights.sum() == 0:
-                weights = room.astype(np.float64)
-            c = drawn[i] = rng.choice(len(q), p=weights / weights.sum())
+    # the draws past a pool's end (the last ones of their class, in draw order) are drawn again, one by one
+    occurrence = np.empty(n, dtype=np.int64)
+    order = np.argsort(drawn, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    occurrence[order] = np.arange(n) - np.repeat(starts, counts)
+    taken = np.minimum(counts, left)
+    for i in np.flatnonzero(occurrence >= left[drawn]):
+        room = left > taken
+        weights = q * room if (q * room).sum() > 0 else p * room
+        if weights.sum() == 0:
+            weights = room.astype(np.float64)
+        c = drawn[i] = rng.choice(len(q), p=weights / weights.sum())
         taken[c] += 1
     return drawn
 
