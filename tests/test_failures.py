@@ -47,6 +47,19 @@ def test_a_trainer_killed_with_sigkill_ends_the_job_within_60_s_and_the_run_resu
     assert_same_run(reference, run)
 
 
+def test_a_trainer_that_stops_answering_ends_the_job_after_the_collective_timeout(reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "stopped")
+    stamp = tmp_path / "stopped-at"
+    result = run.launch_signalled(3, 2, "STOP", "run.collective_timeout_s=10", stamp=stamp, cont_after=90,
+                                  timeout=150)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert time.time() - float(stamp.read_text()) < 45   # from the stop to mpirun's exit: long before SIGCONT
+    first = error_lines(result.stderr)[0]
+    # whoever waits first says it: the server or party a, waiting on a group rank 3 (party b) is part of
+    assert re.fullmatch(r"rank \d \((server|trainer:a)\): CommTimeout: round 2: .* over group (leaders \(ranks 0, 1, "
+                        r"3\)|a \(ranks 1, 2\)): no answer within run\.collective_timeout_s=10 s \(.*\)", first), first
+
+
 def test_a_nan_loss_stops_the_run_naming_party_and_round_and_keeps_the_checkpoint(reference, tmp_path):
     run = copy_run(reference, tmp_path, "nan", drop_after=3)
     before = snapshot(run.ckpt)

@@ -7,11 +7,12 @@ import time
 import numpy as np
 import torch
 
+from fedmpi import comm
 from fedmpi.algorithms import build_algorithm
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
-from fedmpi.roles.exchange import broadcast_global, weighted_average
+from fedmpi.roles.exchange import broadcast_global, round_statistics, weighted_average
 from fedmpi.roles.federated_validation import ServerValidation
 from fedmpi.roles.progress import Progress
 from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, copy_into, read_part,
@@ -47,10 +48,12 @@ class Server:
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
-            self.aggregate(thetas)
-            broadcast_global(self.ctx, self.theta)
-            stats = self.ctx.mpi_fed.gather(None, root=0)
+            with comm.naming_failures(f"round {r + 1}"):
+                thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
+                self.aggregate(thetas)
+                broadcast_global(self.ctx, self.theta)
+                stats = comm.gather(None, what=round_statistics(r), timeout_s=cfg.run.collective_timeout_s,
+                                    comm=self.ctx.mpi_fed)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             self.validation.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
