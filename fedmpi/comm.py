@@ -299,6 +299,10 @@ def group_label(name: str, group) -> str:
 # ---------------------------------------------------------------- failure discipline
 
 
+SECONDARY_GRACE_S = 3.0
+OUTPUT_GRACE_S = 0.5
+
+
 def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[], None] | None = None) -> int:
     """Run one rank's work; any exception prints `rank R (role): message` and aborts the whole MPI job
     (`on_failure` runs first, after the message: it undoes what a failed start left behind)."""
@@ -314,6 +318,8 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
     except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
         if os.environ.get("FEDMPI_TRACEBACK"):
             traceback.print_exc()
+        if isinstance(exc, CommFailure):  # most often the echo of another rank's failure: let that one speak
+            time.sleep(SECONDARY_GRACE_S)  # first; the job usually ends before this line is printed at all
         _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
     return 1
 
@@ -322,6 +328,7 @@ def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None 
     sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE_S)  # mpirun forwards the line before the abort tears the job down
     if on_failure is not None:
         try:
             on_failure()

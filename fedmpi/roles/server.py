@@ -41,6 +41,7 @@ class Server:
         self.progress = Progress(cfg.rounds, self.parties)
         self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
+        self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         cfg = self.ctx.cfg
@@ -74,10 +75,12 @@ class Server:
         cfg = self.ctx.cfg
         P = len(self.parties)
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+        bad = np.zeros(P, dtype=np.int64)
         for s in stats:
             if s is None:
                 continue
             i = s["party"]
+            bad[i] += s["bad_records"]
             loss[i] += s["loss"]
             images[i] += s["images"]
             seconds[i] = max(seconds[i], s["seconds"])
@@ -89,6 +92,9 @@ class Server:
                         round_time=round_time, images_per_s=images.sum() / round_time, bytes_moved=bytes_moved,
                         loss=loss, party_images_per_s=party_ips)
         self.progress.line(r, loss, images.sum() / round_time, wall_time)
+        if bad.any() and dict(zip(self.parties, bad.tolist())) != self.bad_records:
+            self.bad_records = dict(zip(self.parties, bad.tolist()))
+            self.log.record_bad_records(self.bad_records)
 
     def bytes_per_round(self) -> int:
         """Backbone payload moved per round: P theta_i up to the server, Theta down to P leaders, and each
@@ -124,7 +130,9 @@ class Server:
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
         self.validation.finish()
         self.log.close()
-        self.progress.summary(self.run_dir / "log.h5", extra=self.validation.summary())
+        skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
+                   if self.bad_records else "")
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.validation.summary())
 
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:

@@ -100,11 +100,16 @@ class Trainer:
             with comm.naming_failures(f"round {r + 1}"):
                 self.exchange(lr)
             comm.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
-                         "images": K * cfg.optim.batch_size}, what=round_statistics(r),
+                         "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()},
+                        what=round_statistics(r),
                         timeout_s=cfg.run.collective_timeout_s, comm=ctx.mpi_fed)
             if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
                 return signals.EXIT_PREEMPTED
         return 0
+
+    def bad_records(self) -> int:
+        """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
+        return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
 
     def step(self, images, labels, lr) -> torch.Tensor:
         with self.precision.autocast():

@@ -99,6 +99,17 @@ class RunLog:
             for ds in _datasets(g):
                 ds.resize(keep, axis=0)
 
+    def record_bad_records(self, counts: dict[str, int]) -> None:
+        """Records skipped (data.skip_bad) per party: /data attrs `bad_records` ({party: n}) and the
+        `bad_records` field of each party's description."""
+        self._publish()
+        g = self.f["data"]
+        g.attrs["bad_records"] = json.dumps(counts)
+        for party, n in counts.items():
+            if party in g.attrs:
+                g.attrs[party] = json.dumps({**json.loads(g.attrs[party]), "bad_records": n})
+        self.f.flush()
+
     def append(self, table: str, **row) -> None:
         self._publish()
         g = self.f[table]
