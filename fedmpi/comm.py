@@ -38,10 +38,25 @@ def local_rank(comm=None) -> int:
     return rank
 
 
-def _free_port() -> int:
+def _free_port(host: str = "") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def mpi_interface() -> str | None:
+    """The network interface Open MPI was told to use (one name in OMPI_MCA_btl_tcp_if_include), if any."""
+    names = os.environ.get("OMPI_MCA_btl_tcp_if_include", "").split(",")
+    return names[0] if len(names) == 1 and names[0] and "/" not in names[0] else None
+
+
+def use_mpi_interface() -> None:
+    """gloo and NCCL open their sockets on MPI's interface when one is known (unless told otherwise): torch's
+    rendezvous store and gloo have no authentication, so they should not face other networks."""
+    interface = mpi_interface()
+    if interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
 
 
 RENDEZVOUS_TIMEOUT_S = 300.0  # every rank joining the TCP store: slow imports on a busy node are no hang
@@ -67,6 +82,7 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         _STATE["device"] = torch.device("cuda", gpu)
     else:
         _STATE["device"] = torch.device("cpu")
+    use_mpi_interface()
     if comm.Get_rank() == 0:
         host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
         address = (host, _free_port())

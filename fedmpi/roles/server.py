@@ -21,7 +21,8 @@ from fedmpi.store.h5log import RunLog
 
 
 class Server:
-    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None):
+    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None,
+                 config_changes: dict | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
@@ -36,7 +37,7 @@ class Server:
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
                           run_name=run_dir.name, parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets), fv_candidates=cfg.fv.T if cfg.fv.enabled else 0,
-                          resume_round=resume_round)
+                          resume_round=resume_round, config_changes=config_changes)
         self.validation = ServerValidation(ctx, self.log, self.parties, self.w)  # FV + evaluation
         self.progress = Progress(cfg.rounds, self.parties)
         self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
@@ -136,5 +137,6 @@ class Server:
 
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
-    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None)
+    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None,
+                    config_changes=resume.changes if resume else None)
     return drive(server, ctx, run_dir, resume)
