@@ -14,7 +14,12 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
+from fedmpi.roles.exchange import round_statistics
 from fedmpi.topology import SERVER
+
+
+def _assignment(r: int) -> str:
+    return f"round {r + 1} client assignment (bcast over server + trainers)"
 
 
 def client_group(ctx):
@@ -35,6 +40,7 @@ class ClientExchange:
         self.clients = np.zeros(0, dtype=np.int64)
         self._work = None
         self._theta_bytes = 0
+        self.round = 0
 
     @property
     def participation(self) -> float:
@@ -47,7 +53,9 @@ class ClientExchange:
     def post(self, r: int) -> None:
         """Sample round r's clients, tell each trainer rank its share, start the reduction of their models."""
         self.clients = self.sampler.sample()
-        self.ctx.mpi_fed.bcast((r, assign_to_ranks(self.clients, self.sizes, len(self.trainers))), root=SERVER)
+        self.round = r
+        comm.bcast((r, assign_to_ranks(self.clients, self.sizes, len(self.trainers))), what=_assignment(r),
+                   timeout_s=self.ctx.cfg.run.collective_timeout_s, comm=self.ctx.mpi_fed)
         self.payload.zero_()
         self._work = dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
@@ -66,7 +74,9 @@ class ClientExchange:
         return out
 
     def round_stats(self) -> list[dict]:
-        return [s for s in self.ctx.mpi_fed.gather(None, root=SERVER) if s is not None]
+        stats = comm.gather(None, what=round_statistics(self.round), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                            comm=self.ctx.mpi_fed)
+        return [s for s in stats if s is not None]
 
     def bytes_per_round(self) -> dict:
         """Theta down to every trainer rank, every trainer rank's payload up (as the reduce's inputs)."""
@@ -94,7 +104,8 @@ class TrainerSide:
 
     def receive_assignment(self, r: int) -> list[int]:
         """This rank's clients of round r."""
-        sent_r, assignment = self.ctx.mpi_fed.bcast(None, root=SERVER)
+        sent_r, assignment = comm.bcast(None, what=_assignment(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                                        comm=self.ctx.mpi_fed)
         if sent_r != r:
             raise RuntimeError(f"client assignment for round {sent_r + 1} arrived in round {r + 1}")
         return assignment[self.trainers.index(self.ctx.rank)]
@@ -102,5 +113,6 @@ class TrainerSide:
     def send_local(self, payload: torch.Tensor) -> None:
         dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)
 
-    def send_stats(self, stats: dict) -> None:
-        self.ctx.mpi_fed.gather(stats, root=SERVER)
+    def send_stats(self, r: int, stats: dict) -> None:
+        comm.gather(stats, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                    comm=self.ctx.mpi_fed)

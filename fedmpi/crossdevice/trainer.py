@@ -37,7 +37,7 @@ class ClientTrainer:
             stats["seconds"] = time.perf_counter() - start
             ex.send_local(payload)
             ex.receive_global(self.theta)
-            ex.send_stats(stats)
+            ex.send_stats(r, stats)
             # clients are stateless and their batch order comes from (seed, round, client): nothing to save
             if checkpointer and checkpointer.round_end(r + 1, lambda: {}):
                 return signals.EXIT_PREEMPTED

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.config import load_config
@@ -40,7 +39,7 @@ def main() -> int:
                 code = run_cross_device(ctx, out / name)   # ends with a barrier over the whole world
             else:
                 comm.new_group(list(range(k + 1)))         # the run's group: every world rank creates it
-                dist.barrier()
+                comm.barrier(what="closing barrier (every rank)", timeout_s=cfg.run.collective_timeout_s)
                 code = 0
             sub.Free()
             if code:
