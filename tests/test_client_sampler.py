@@ -65,3 +65,35 @@ def test_assignment_balances_sample_counts():
     ranks = assign_to_ranks(np.arange(6), uneven, 2)
     assert sorted(sum(ranks, [])) == list(range(6))
     assert sorted(sum(uneven[k] for k in r) for r in ranks) == [900, 1000]   # the best split of 1,900
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["clients.fraction=0"], "clients.fraction: must be in (0, 1], got 0.0"),
+    (["clients.images=600"], "clients.images: 100 clients x 600 images exceed the 50000 training images"),
+    (["fed.algorithm=pfm"], "fed.algorithm: cross-device clients (clients.population > 0) run fedavg, fedavgm or "
+                            "centralized, not pfm"),
+    (["fv.enabled=true"], "fv.enabled: FV weights silo parties"),
+    (["clients.dataset=cifar10"], "clients.path: clients.dataset cifar10 needs the cifar-10-batches-py folder"),
+    (["clients.alpha=-1"], "clients.alpha: must be >= 0, got -1.0"),
+])
+def test_client_config_errors_name_the_key(overrides, message):
+    from fedmpi.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config("configs/hsu_cifar10.yaml", overrides)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_hsu_config_layout_and_the_centralized_baseline():
+    from fedmpi.config import load_config
+    from fedmpi.crossdevice.client_data import partition
+    from fedmpi.topology import build_layout
+
+    cfg = load_config("configs/hsu_cifar10.yaml")
+    assert build_layout(cfg).as_dict() == {"world": 3, "server": 1, "parties": {"clients": 2}, "validators": 0}
+    assert (cfg.clients.population, cfg.clients.images, cfg.optim.batch_size, cfg.optim.weight_decay,
+            cfg.fed.local_momentum) == (100, 500, 64, 0.004, 0.0)
+    labels = np.repeat(np.arange(10), 30)
+    central = load_config("configs/hsu_cifar10.yaml", ["fed.algorithm=centralized"])
+    parts = partition(central, labels)
+    assert len(parts) == 1 and parts[0].tolist() == list(range(300))   # one client holding every image
