@@ -4,7 +4,10 @@ import copy
 import pytest
 import torch
 
-from fedmpi.algorithms import PFM, FedAvg, FedAvgM
+from fedmpi.algorithms import LocalRound, ServerOptimizer, views
+from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.algorithms.fedavgm import FedAvgM
+from fedmpi.algorithms.pfm import PFM
 
 WD, BETA = 5e-4, 0.9
 
@@ -43,39 +46,48 @@ def flat(module):
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
-def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA):
-    """Drive a rule exactly as the roles do: K local steps per party, then aggregate, then on_global."""
-    backbone, heads, sizes, data = make_problem()
+def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA, parties=3):
+    """Drive a rule exactly as the roles do: K local steps per party (with its up payloads filled at the end),
+    then aggregate Σ w_i of every upload, the server update, then on_global on every party."""
+    backbone, heads, sizes, data = make_problem(parties)
     theta = flat(backbone)
-    server_state = algorithm.init_server_state(theta)
+    n = theta.numel()
+    down = {name: torch.zeros(n) for name in algorithm.down}
+    server_state = algorithm.init_server_state(theta, down)
     locals_ = [copy.deepcopy(backbone) for _ in heads]
     states = [algorithm.init_trainer_state(list(m.parameters())) for m in locals_]
     opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD) for h in heads]
-    step = 0
     for r in range(rounds):
         lr = lrs[r]
+        uploads = []
         for i, (model, head) in enumerate(zip(locals_, heads)):
+            params = list(model.parameters())
+            up = {name: torch.zeros(n) for name in algorithm.up}
+            rnd = LocalRound(lr=lr, K=K, global_params=views(theta.clone(), params),
+                             down={k: views(v, params) for k, v in down.items()},
+                             up={k: views(v, params) for k, v in up.items()})
             for group in opts[i].param_groups:
                 group["lr"] = lr
             for k in range(K):
+                rnd.step = k
                 loss = party_loss(model, head, data[i][r * K + k])
                 loss.backward()
-                params = list(model.parameters())
                 with torch.no_grad():
-                    algorithm.local_step(params, [p.grad for p in params], lr, states[i])
+                    algorithm.local_step(params, [p.grad for p in params], rnd, states[i])
                 opts[i].step()
                 for p in (*params, *head.parameters()):
                     p.grad = None
-        thetas = [flat(m) for m in locals_]
-        average = sum(w * t for w, t in zip(weights, thetas))
-        new = algorithm.server_update(theta, average, server_state)
+            with torch.no_grad():
+                algorithm.end_round(params, rnd, states[i])
+            uploads.append({"theta": flat(model), **up})
+        mean = {key: sum(w * u[key] for w, u in zip(weights, uploads)) for key in uploads[0]}
+        previous = theta.clone()
+        algorithm.server_update(theta, mean, server_state)
         for s in states:
-            algorithm.on_global(theta, new, lr, s)
-        theta = new
+            algorithm.on_global(previous, theta, lr, s)
         for m in locals_:
             with torch.no_grad():
                 torch.nn.utils.vector_to_parameters(theta.clone(), m.parameters())
-        step += K
     return theta
 
 
@@ -113,7 +125,7 @@ LRS = [0.1] * 4 + [0.01] * 4  # a milestone on a round boundary
 
 def test_pfm_k1_follows_centralized_momentum_sgd():
     w = batch_weights()
-    pfm = federated(PFM(momentum=BETA, K=1, weight_decay=WD), K=1, rounds=8, lrs=LRS, weights=w)
+    pfm = federated(PFM(momentum=BETA, weight_decay=WD), K=1, rounds=8, lrs=LRS, weights=w)
     ref = centralized(rounds=8, lrs=LRS, weights=w)
     assert torch.allclose(pfm, ref, atol=1e-9, rtol=0)
 
@@ -138,35 +150,38 @@ def test_pfm_k1_differs_from_fedavg_with_local_momentum():
 def test_fedavgm_with_zero_server_momentum_is_fedavg(nesterov):
     w = [0.5, 0.3, 0.2]
     lrs = [0.1, 0.1, 0.1]
-    a = federated(FedAvgM(local_momentum=0.9, server_momentum=0.0, server_lr=1.0, nesterov=nesterov,
-                          weight_decay=WD), K=3, rounds=3, lrs=lrs, weights=w)
+    server = ServerOptimizer.build("momentum", 1.0, momentum=0.0, nesterov=nesterov)
+    a = federated(FedAvgM(local_momentum=0.9, weight_decay=WD, server=server), K=3, rounds=3, lrs=lrs, weights=w)
     b = federated(FedAvg(local_momentum=0.9, weight_decay=WD), K=3, rounds=3, lrs=lrs, weights=w)
     assert torch.allclose(a, b, atol=1e-12, rtol=0)
 
 
 def test_fedavgm_server_update_by_hand():
+    def update(algorithm, theta, avg, state):
+        return algorithm.server_update(theta.clone(), {"theta": avg}, state)
+
     theta = torch.tensor([1.0, 2.0])
     avg = torch.tensor([0.5, 1.0])          # Delta = [0.5, 1.0]
-    nesterov = FedAvgM(server_momentum=0.9, server_lr=2.0, nesterov=True)
+    nesterov = FedAvgM(server=ServerOptimizer.build("momentum", 2.0, momentum=0.9, nesterov=True))
     s = nesterov.init_server_state(theta)
-    out = nesterov.server_update(theta, avg, s)     # v = Delta; Theta - 2*(0.9 v + Delta) = theta - 3.8 Delta
+    out = update(nesterov, theta, avg, s)     # v = Delta; Theta - 2*(0.9 v + Delta) = theta - 3.8 Delta
     assert torch.allclose(out, torch.tensor([1 - 1.9, 2 - 3.8]))
-    out2 = nesterov.server_update(out, out - torch.tensor([0.1, 0.0]), s)  # v = 0.9 v + [0.1, 0]
+    out2 = update(nesterov, out, out - torch.tensor([0.1, 0.0]), s)  # v = 0.9 v + [0.1, 0]
     v = torch.tensor([0.9 * 0.5 + 0.1, 0.9 * 1.0])
     assert torch.allclose(s["velocity"], v)
     assert torch.allclose(out2, out - 2.0 * (0.9 * v + torch.tensor([0.1, 0.0])))
-    heavy = FedAvgM(server_momentum=0.9, server_lr=1.0, nesterov=False)
+    heavy = FedAvgM(server=ServerOptimizer.build("momentum", 1.0, momentum=0.9, nesterov=False))
     s = heavy.init_server_state(theta)
-    assert torch.allclose(heavy.server_update(theta, avg, s), theta - torch.tensor([0.5, 1.0]))
+    assert torch.allclose(update(heavy, theta, avg, s), theta - torch.tensor([0.5, 1.0]))
 
 
 def test_pfm_local_step_and_global_momentum_by_hand():
     """eq. 3: theta - lr (g + wd theta + beta M / K); eq. 6: M = (Theta' - Theta) / lr."""
-    pfm = PFM(momentum=0.9, K=4, weight_decay=0.1)
+    pfm = PFM(momentum=0.9, weight_decay=0.1)
     theta = [torch.tensor([1.0, -2.0])]
     state = pfm.init_trainer_state(theta)
     pfm.on_global(torch.tensor([3.0, 3.0]), torch.tensor([2.0, 1.0]), 0.5, state)
     assert torch.allclose(state["global_momentum"], torch.tensor([2.0, 4.0]))
-    pfm.local_step(theta, [torch.tensor([0.2, 0.4])], 0.5, state)
+    pfm.local_step(theta, [torch.tensor([0.2, 0.4])], LocalRound(lr=0.5, K=4, global_params=[]), state)
     g = torch.tensor([0.2, 0.4]) + 0.1 * torch.tensor([1.0, -2.0]) + 0.9 * torch.tensor([2.0, 4.0]) / 4
     assert torch.allclose(theta[0], torch.tensor([1.0, -2.0]) - 0.5 * g)
