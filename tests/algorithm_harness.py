@@ -12,8 +12,8 @@ from fedmpi.algorithms import LocalRound, views
 WD, BETA = 5e-4, 0.9
 
 
-@pytest.fixture(autouse=True)
-def float64_by_default():
+@pytest.fixture
+def float64():
     """These checks run in float64; restore the default so other test modules see float32."""
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

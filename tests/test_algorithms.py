@@ -2,11 +2,13 @@
 import pytest
 import torch
 
-from algorithm_harness import BETA, LRS, WD, batch_weights, centralized, federated, float64_by_default  # noqa: F401
+from algorithm_harness import BETA, LRS, WD, batch_weights, centralized, federated, float64  # noqa: F401
 from fedmpi.algorithms import LocalRound, ServerOptimizer
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.fedavgm import FedAvgM
 from fedmpi.algorithms.pfm import PFM
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def test_pfm_k1_follows_centralized_momentum_sgd():
