@@ -12,6 +12,7 @@ RULES = {
     "fedavg": "fedmpi.algorithms.fedavg:FedAvg",
     "fedavgm": "fedmpi.algorithms.fedavgm:FedAvgM",
     "pfm": "fedmpi.algorithms.pfm:PFM",
+    "fedprox": "fedmpi.algorithms.fedprox:FedProx",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
