@@ -13,6 +13,7 @@ RULES = {
     "fedavgm": "fedmpi.algorithms.fedavgm:FedAvgM",
     "pfm": "fedmpi.algorithms.pfm:PFM",
     "fedprox": "fedmpi.algorithms.fedprox:FedProx",
+    "scaffold": "fedmpi.algorithms.scaffold:Scaffold",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
