@@ -143,3 +143,23 @@ def checkpoint_parts(run_dir, rounds_done: int) -> dict:
 
     folder = run_dir / "ckpt" / round_folder_name(rounds_done)
     return {path.name: read_part(path) for path in sorted(folder.glob("*.h5"))}
+
+
+def assert_adaptive_server_step(run_dir, kind: str, lr: float, beta1: float, beta2: float, tau: float) -> None:
+    """From the checkpoints after rounds 1 and 2 of a run: round 2's server step is Reddi et al.'s update
+    (Alg. 2) of the state after round 1 — Δ (= Θ − Σ w_i θ_i) recovered from m, then v and Θ checked."""
+    one, two = (checkpoint_parts(run_dir, r)["server.h5"] for r in (1, 2))
+    m1, v1, m2, v2 = one["algorithm"]["m"], one["algorithm"]["v"], two["algorithm"]["m"], two["algorithm"]["v"]
+    n = m1.numel()
+    delta = (m2 - beta1 * m1) / (1 - beta1)
+    square = delta * delta
+    if kind == "adam":
+        v = beta2 * v1 + (1 - beta2) * square
+    elif kind == "yogi":
+        v = v1 - (1 - beta2) * square * torch.sign(v1 - square)
+    else:
+        v = v1 + square
+    assert delta.abs().max() > 1e-8
+    assert torch.allclose(v2, v, atol=1e-12, rtol=1e-9)
+    theta = one["theta"][:n] - lr * m2 / (v2.sqrt() + tau)
+    assert torch.allclose(two["theta"][:n], theta, atol=1e-12, rtol=1e-9)
