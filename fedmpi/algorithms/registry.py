@@ -14,6 +14,7 @@ RULES = {
     "pfm": "fedmpi.algorithms.pfm:PFM",
     "fedprox": "fedmpi.algorithms.fedprox:FedProx",
     "scaffold": "fedmpi.algorithms.scaffold:Scaffold",
+    "fedadam": "fedmpi.algorithms.fedadam:FedAdam",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
