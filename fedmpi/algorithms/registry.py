@@ -15,6 +15,7 @@ RULES = {
     "fedprox": "fedmpi.algorithms.fedprox:FedProx",
     "scaffold": "fedmpi.algorithms.scaffold:Scaffold",
     "fedadam": "fedmpi.algorithms.fedadam:FedAdam",
+    "fedyogi": "fedmpi.algorithms.fedyogi:FedYogi",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
