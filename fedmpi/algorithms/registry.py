@@ -16,6 +16,7 @@ RULES = {
     "scaffold": "fedmpi.algorithms.scaffold:Scaffold",
     "fedadam": "fedmpi.algorithms.fedadam:FedAdam",
     "fedyogi": "fedmpi.algorithms.fedyogi:FedYogi",
+    "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
