@@ -17,6 +17,7 @@ RULES = {
     "fedadam": "fedmpi.algorithms.fedadam:FedAdam",
     "fedyogi": "fedmpi.algorithms.fedyogi:FedYogi",
     "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
+    "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
 }
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
