@@ -3,7 +3,11 @@ stops it with a message naming the party and the round, and bad inputs across co
 with a one-line error and a non-zero exit, leaving existing checkpoints and logs as they were."""
 from __future__ import annotations
 
+import json
+import os
+import pickle
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +17,7 @@ from typing import Callable
 import pytest
 
 from fedmpi.store import checkpoint as ck
+from fedmpi.store.h5log import LogReader
 from mpi_scripts.ckpt_common import (WORLD, assert_same_run, copy_run, error_lines, reference_run, rounds_logged,
                                      sibling_run, snapshot)
 from mpirun import ROOT, mpi_env, mpirun_binary
@@ -44,16 +49,32 @@ def test_a_trainer_killed_with_sigkill_ends_the_job_within_60_s_and_the_run_resu
     assert_same_run(reference, run)
 
 
+def test_a_trainer_that_stops_answering_ends_the_job_after_the_collective_timeout(reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "stopped")
+    stamp = tmp_path / "stopped-at"
+    result = run.launch_signalled(3, 2, "STOP", "run.collective_timeout_s=10", stamp=stamp, cont_after=90,
+                                  timeout=150)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert time.time() - float(stamp.read_text()) < 45   # from the stop to mpirun's exit: long before SIGCONT
+    first = error_lines(result.stderr)[0]
+    # whoever waits first says it: the server or party a, waiting on a group rank 3 (party b) is part of
+    assert re.fullmatch(r"rank \d \((server|trainer:a)\): CommTimeout: round 2: .* over group (leaders \(ranks 0, 1, "
+                        r"3\)|a \(ranks 1, 2\)): no answer within run\.collective_timeout_s=10 s \(.*\)", first), first
+
+
 def test_a_nan_loss_stops_the_run_naming_party_and_round_and_keeps_the_checkpoint(reference, tmp_path):
     run = copy_run(reference, tmp_path, "nan", drop_after=3)
     before = snapshot(run.ckpt)
-    result = run.launch("--resume", "auto", "optim.lr=1.0e+30")
+    result = run.launch("--resume", "auto", "--allow-config-changes", "optim.lr=1.0e+30")
     assert result.returncode != 0
     diverged = r"rank \d \(trainer:(a|b)\): party \1: loss is (nan|inf|-inf) in round 4"
     assert any(re.fullmatch(diverged, line) for line in error_lines(result.stderr)), result.stderr
     assert "Traceback" not in result.stderr
     assert snapshot(run.ckpt) == before
     assert rounds_logged(run) == [0, 1, 2]     # the resumed log, readable after the abort
+    with LogReader(run.folder / "log.h5") as log:   # the accepted change, and from which round it applies
+        assert json.loads(log.f.attrs["config_changes"]) == [{"round": 3, "changes": {"optim.lr": [0.1, 1e30]}}]
+        assert "lr: 1.0e+30" in log.config_yaml
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -68,6 +89,14 @@ def _corrupt_rec(base):
     (folder / "train.rec").write_bytes(bytes(range(256)) * 8)
     (folder / "train.idx").write_text("0\t0\n1\t1000\n2\t99999\n")
     return folder
+
+
+def _latin1_config(run):
+    (run.base / "latin1.yaml").write_bytes("run:\n  seed: 1  # caf\u00e9\n".encode("latin-1"))
+
+
+def _file_in_the_way(run):
+    (run.base / "a-file").write_text("not a folder")
 
 
 def _truncate_part(run):
@@ -108,6 +137,14 @@ BAD_INPUTS = {
     "missing config file": Bad(1, ("--config", "{base}/nowhere.yaml"),
                                r"error: --config: no such file .*nowhere\.yaml"),
     "config not YAML": Bad(1, ("--config", "{base}/bad.yaml"), r"error: .*bad\.yaml: not valid YAML .*"),
+    "config not UTF-8": Bad(WORLD, ("--config", "{base}/latin1.yaml"),
+                            r"error: .*latin1\.yaml: not UTF-8 text \(byte 0xe9 at offset \d+\); save the file as "
+                            r"UTF-8", prepare=_latin1_config),
+    "log.dir under a file": Bad(WORLD, ("log.dir={base}/a-file/runs",),
+                                r"error: log\.dir: cannot create the run folder .*a-file/runs/victim \(Not a "
+                                r"directory\)", prepare=_file_in_the_way),
+    "log.dir in /proc": Bad(WORLD, ("log.dir=/proc/fedmpi-runs",),
+                            r"error: log\.dir: cannot create the run folder /proc/fedmpi-runs/victim \(.*\)"),
     "keep no checkpoint": Bad(1, ("checkpoint.keep=0",), r"error: checkpoint\.keep: must be >= 1, got 0"),
     "collective timeout of 0": Bad(1, ("run.collective_timeout_s=0",),
                                    r"error: run\.collective_timeout_s: must be >= 10 s .*got 0\.0"),
@@ -138,6 +175,14 @@ BAD_INPUTS = {
     "--resume past the last round": Bad(WORLD, ("optim.steps_per_epoch=4", "--resume", "auto"),
                                         r"error: --resume: .*round_000006 is after round 6, but this config has "
                                         r"only 2 rounds"),
+    "--resume auto after a finished run without checkpoints": Bad(
+        WORLD, ("--resume", "auto"), r"error: --resume auto: no complete checkpoint in .*, and .*log\.h5 holds the "
+                                     r"finished run \(6/6 rounds\); nothing to resume, the log was left as it is .*",
+        lambda run: shutil.rmtree(run.ckpt), own_copy=True),
+    "--resume with another lr and seed": Bad(
+        WORLD, ("optim.lr=0.2", "run.seed=5", "--resume", "auto"),
+        r"error: --resume: this run changes what .*round_000006 was computed with \(optim\.lr 0\.1 -> 0\.2, run\.seed "
+        r"0 -> 5\); resume with the same values, or add --allow-config-changes to continue with the new ones .*"),
     "--resume from a truncated part": Bad(WORLD, ("--resume", "{target}"),
                                           r"error: .*round_000006: part party-a-1\.h5 has \d+ bytes, the manifest "
                                           r"says \d+ \(truncated or rewritten\)", _truncate_part, own_copy=True),
@@ -175,3 +220,31 @@ def test_bad_input_ends_with_a_one_line_error_and_changes_nothing(case, victim, 
     assert len({line.partition(": ")[2] for line in ours}) == 1, ours   # one error, however many ranks say it
     assert "Traceback" not in result.stderr
     assert snapshot(run.folder) == before
+
+
+# ---------------------------------------------------------------- a start that fails leaves nothing behind
+
+
+def _refused_pickle(base):
+    folder = base / "crafted-bins"
+    folder.mkdir(exist_ok=True)
+    (folder / "lfw.bin").write_bytes(pickle.dumps(os.getcwd))   # a global no pair set holds
+    return folder
+
+
+FAILED_STARTS = {  # before the server opens its log, and after
+    "missing .bin folder": (lambda base: base / "no-bins", r"rank 0 \(server\): FileNotFoundError: data\.val_kind=bin: "
+                                                          r"validation set not found: .*no-bins/lfw\.bin"),
+    "refused pickle": (_refused_pickle, r"rank 0 \(server\): DataError: .*lfw\.bin: refused pickle global "
+                                        r"posix\.getcwd.*"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILED_STARTS))
+def test_a_failed_start_removes_the_run_folder_it_created(case, reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "fails")
+    folder, error = FAILED_STARTS[case]
+    result = run.launch("data.val_kind=bin", f"data.val_path={folder(run.base)}", timeout=BAD_INPUT_TIMEOUT_S * 2)
+    assert result.returncode != 0
+    assert re.fullmatch(error, error_lines(result.stderr)[0]), result.stderr
+    assert not run.folder.exists(), sorted(run.folder.rglob("*"))

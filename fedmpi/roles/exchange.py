@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from fedmpi import comm
 from fedmpi.aggregation import PartyRows
 from fedmpi.algorithms.base import views
 from fedmpi.roles.context import BackboneState, Context
@@ -57,7 +58,9 @@ class SiloExchange:
         return self._work.is_completed()
 
     def wait(self) -> None:
-        self._work.wait()
+        leaders = comm.group_label("leaders", self.ctx.groups.leaders)
+        with comm.naming_failures(f"gather of the uploads over {leaders}"):
+            self._work.wait()
         self._latest, self._work = self._pending, None
         self._next = (self._next + 1) % len(self._buffers)
 
@@ -70,10 +73,12 @@ class SiloExchange:
         return self._latest.weighted_sum(w, out)
 
     def send(self, down: torch.Tensor) -> None:
-        dist.broadcast(down, src=SERVER, group=self.ctx.groups.leaders)
+        broadcast_global(self.ctx, down)
 
-    def round_stats(self) -> list:
-        return [s for s in self.ctx.mpi_fed.gather(None, root=SERVER) if s is not None]
+    def round_stats(self, r: int) -> list:
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                            comm=self.ctx.mpi_fed, root=SERVER)
+        return [s for s in stats if s is not None]
 
     def bytes_per_round(self) -> dict[str, int]:
         """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
@@ -89,15 +94,28 @@ class SiloExchange:
 
 
 def send_local(ctx: Context, upload: torch.Tensor) -> None:
-    dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+    with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+
+
+def broadcast_global(ctx: Context, down: torch.Tensor) -> None:
+    with comm.naming_failures(f"broadcast of Theta over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
 
 
 def receive_global(ctx: Context, party: Party, down: torch.Tensor) -> None:
     if ctx.rank == party.leader:
-        dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
+        broadcast_global(ctx, down)
     if ctx.groups.party is not None:
-        dist.broadcast(down, src=party.leader, group=ctx.groups.party)
+        with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, ctx.groups.party)}"):
+            dist.broadcast(down, src=party.leader, group=ctx.groups.party)
 
 
-def report(ctx: Context, stats: dict) -> None:
-    ctx.mpi_fed.gather(stats, root=SERVER)
+def round_statistics(r: int) -> str:
+    """What the server's per-round gather of the trainers' statistics is called in a timeout message."""
+    return f"round {r + 1} statistics (gather over server + trainers)"
+
+
+def report(ctx: Context, r: int, stats: dict) -> None:
+    comm.gather(stats, what=round_statistics(r), timeout_s=ctx.cfg.run.collective_timeout_s, comm=ctx.mpi_fed,
+                root=SERVER)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import torch
 
+from fedmpi import comm
 from fedmpi.algorithms import build_algorithm, method_key
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
@@ -22,7 +23,7 @@ from fedmpi.store.h5log import RunLog
 
 class Server:
     def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None,
-                 exchange=None):
+                 exchange=None, config_changes: dict | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
@@ -39,13 +40,15 @@ class Server:
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
                           parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets),
-                          fv_candidates=cfg.fv.T if cfg.fv.enabled else 0, resume_round=resume_round)
+                          fv_candidates=cfg.fv.T if cfg.fv.enabled else 0, resume_round=resume_round,
+                          config_changes=config_changes)
         self.side = SideWork(ctx, self.log, self.parties, initial_weights(cfg, ctx.layout))
         self.exchange = exchange or SiloExchange(ctx, self.mean.flat.numel(), self.down.flat.numel(),
                                                  buffers=2 if cfg.fv.enabled else 1)
         self.progress = Progress(cfg.rounds, self.parties)
         self.w = self.side.weighting.for_round(-1, None)
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
+        self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         cfg, exchange, side = self.ctx.cfg, self.exchange, self.side
@@ -54,16 +57,17 @@ class Server:
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            exchange.post(r)
-            side.work_until(exchange.is_complete, r)
-            exchange.wait()
-            rows = exchange.rows
-            self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-            exchange.weighted_mean(self.w, self.mean.flat)                     # Σ w_i u_i (eq. 4)
-            self.aggregate()
-            exchange.send(self.down.flat)
-            self.record(r, exchange.round_stats(), time.perf_counter() - round_start,
-                        time.perf_counter() - started)
+            with comm.naming_failures(f"round {r + 1}"):
+                exchange.post(r)
+                side.work_until(exchange.is_complete, r)
+                exchange.wait()
+                rows = exchange.rows
+                self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
+                exchange.weighted_mean(self.w, self.mean.flat)                     # Σ w_i u_i (eq. 4)
+                self.aggregate()
+                exchange.send(self.down.flat)
+                stats = exchange.round_stats(r)
+            self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             side.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
                     r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):
@@ -84,8 +88,10 @@ class Server:
         cfg = self.ctx.cfg
         P = len(self.parties)
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+        bad = np.zeros(P, dtype=np.int64)
         for s in stats:
             i = s["party"]
+            bad[i] += s.get("bad_records", 0)
             loss[i] += s["loss"]
             images[i] += s["images"]
             seconds[i] = max(seconds[i], s["seconds"])
@@ -100,6 +106,9 @@ class Server:
                         bytes_intra=moved["intra"], fv_iterations=fv, loss=loss, party_images_per_s=party_ips)
         self.progress.line(r, loss, images.sum() / round_time, wall_time,
                            fv=fv if self.side.fv is not None else None)
+        if bad.any() and dict(zip(self.parties, bad.tolist())) != self.bad_records:
+            self.bad_records = dict(zip(self.parties, bad.tolist()))
+            self.log.record_bad_records(self.bad_records)
 
     def checkpoint_parts(self, wall_time: float) -> dict:
         """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, FV state."""
@@ -127,9 +136,12 @@ class Server:
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
         self.side.finish()
         self.log.close()
-        self.progress.summary(self.run_dir / "log.h5", extra=self.side.summary())
+        skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
+                   if self.bad_records else "")
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.side.summary())
 
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
-    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None)
+    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None,
+                    config_changes=resume.changes if resume else None)
     return drive(server, ctx, run_dir, resume)

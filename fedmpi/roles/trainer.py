@@ -8,6 +8,7 @@ import time
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from fedmpi import comm
 from fedmpi.algorithms import LocalRound, build_algorithm, views
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
@@ -91,20 +92,26 @@ class Trainer:
             start = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
             rnd = self.local_round(lr)
-            for k in range(K):
-                images, labels = next(batches)
-                rnd.step = k
-                loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
+            with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
+                for k in range(K):
+                    images, labels = next(batches)
+                    rnd.step = k
+                    loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
             mean_loss = float(loss_sum) / K
             if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
                 raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
             seconds = time.perf_counter() - start
-            self.exchange(rnd)
-            report(ctx, {"party": self.party.index, "loss": mean_loss, "seconds": seconds,
-                         "images": K * cfg.optim.batch_size})
+            with comm.naming_failures(f"round {r + 1}"):
+                self.exchange(rnd)
+            report(ctx, r, {"party": self.party.index, "loss": mean_loss, "seconds": seconds,
+                            "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()})
             if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
                 return signals.EXIT_PREEMPTED
         return 0
+
+    def bad_records(self) -> int:
+        """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
+        return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
 
     def local_round(self, lr: float) -> LocalRound:
         """What the rule's local steps see this round: Θ at the round's start, the down payloads, the up

@@ -18,14 +18,13 @@ otherwise (`server`, or FV off) the server hosts all of them in-process through 
 one set at a time so that it can look after the round's exchange in between. The server's side of the
 protocol (its client for the validators) is roles/validator_client.py.
 
-An idle validator waits for the server's next control word by polling (MPI Iprobe, then a short sleep), so it
-costs next to no CPU while training runs, unlike a blocking mpi4py receive, which spins.
+An idle validator waits for the server's next control word with `comm.receive` (MPI Iprobe, then a short
+sleep), so it costs next to no CPU while training runs, unlike a blocking mpi4py receive, which spins.
 """
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,6 @@ TAG_REPLY = 7302
 SCORE, EVALUATE, STOP = "score", "evaluate", "stop"
 CONTROL_WORDS = (SCORE, EVALUATE, STOP)
 TRACE_ENV = "FEDMPI_VALIDATOR_TRACE"
-IDLE_POLL_S = 0.005      # how often an idle validator looks for the server's next control word
 
 
 def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:
@@ -136,7 +134,8 @@ def serve(ctx: Context, validator: Validator) -> None:
     trace(direction="start", sets=validator.names)
     buffer = torch.empty(validator.state.numel, dtype=ctx.dtype, device=ctx.device)
     while True:
-        word = receive_control(mpi)
+        # no deadline: a validator may have nothing to do for a whole run; comm.receive polls (Iprobe + nap)
+        word = comm.receive(SERVER, TAG_CONTROL, what="control word", timeout_s=None, comm=mpi)
         trace(direction="in", channel="mpi", kind="control", word=word if isinstance(word, str) else repr(word))
         if word == STOP:
             return
@@ -151,17 +150,10 @@ def serve(ctx: Context, validator: Validator) -> None:
         mpi.send(reply, dest=SERVER, tag=TAG_REPLY)
 
 
-def receive_control(mpi):
-    """The server's next control word; polls instead of a blocking receive, which spins a core."""
-    while not mpi.Iprobe(source=SERVER, tag=TAG_CONTROL):
-        time.sleep(IDLE_POLL_S)
-    return mpi.recv(source=SERVER, tag=TAG_CONTROL)
-
-
 def run_validator(ctx: Context) -> int:
     cfg = ctx.cfg
     index = ctx.layout.validators.index(ctx.rank)
     names = assign_sets(list(cfg.data.val_sets), len(ctx.layout.validators))[index]
     serve(ctx, Validator(cfg, names, ctx.device, ctx.dtype))
-    dist.barrier()
+    comm.barrier(what="closing barrier (every rank)", timeout_s=cfg.run.collective_timeout_s)
     return 0

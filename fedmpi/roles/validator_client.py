@@ -11,8 +11,7 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.roles.context import Context
-from fedmpi.roles.validator import (EVALUATE, SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator,  # noqa: F401
-                                    assign_sets)
+from fedmpi.roles.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
 
 POLL_INTERVAL_S = 0.002  # how long the server naps when no validator has anything for it
 
@@ -92,7 +91,7 @@ class RemoteEndpoint:
 
     def stop(self) -> None:
         while self._queue:  # collect what is still on its way, so no message is left unreceived
-            reply = comm.mpi_comm().recv(source=self.rank, tag=TAG_REPLY)
+            reply = comm.receive(self.rank, TAG_REPLY, what="validator reply", timeout_s=comm.collective_timeout_s())
             request, send = self._queue.popleft()
             send.wait()
             request.replies.update(reply)
