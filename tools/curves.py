@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.plots import add_figure_args, beside_input, add_pdf_arg, figure_legend, panel_grid, pyplot, save_figure
-from tools.runs import AnalysisError, CENTRALIZED_PARTY, METRIC_NAMES, Run, add_run_args, cli, collect_runs
+from tools.collect import collect_runs
+from tools.plots import add_figure_args, add_pdf_arg, beside_input, figure_legend, panel_grid, pyplot, save_figure
+from tools.runs import AnalysisError, CENTRALIZED_PARTY, METRIC_NAMES, Run, add_run_args, cli
 from tools.tables import ema
 
 LINE_STYLES = ("-", "--", ":", "-.")

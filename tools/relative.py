@@ -16,9 +16,11 @@ import string
 import sys
 
 from fedmpi.store.h5log import EVAL_METRICS
+from tools.collect import collect_runs, runs_by_setting
 from tools.methods import method_color, method_sort_key
-from tools.plots import add_figure_args, beside_input, add_pdf_arg, figure_legend, grouped_bars, panel_grid, save_figure
-from tools.runs import AnalysisError, METRIC_NAMES, Run, add_run_args, cli, collect_runs, runs_by_setting
+from tools.plots import (add_figure_args, add_pdf_arg, beside_input, figure_legend, grouped_bars, panel_grid,
+                         save_figure)
+from tools.runs import AnalysisError, METRIC_NAMES, Run, add_run_args, cli
 from tools.tables import Table, add_table_args, emit, nan_mean, render
 
 BASELINE = "Centralized"

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.runs import (CENTRALIZED_PARTY, METRIC_NAMES, Run, UNION_FOOTNOTE, add_run_args, cli, collect_runs,
-                        party_row_name)
+from tools.collect import collect_runs
+from tools.runs import CENTRALIZED_PARTY, METRIC_NAMES, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
 from tools.tables import Table, add_table_args, elapsed, ema_final, emit, render, throughput
 
 DEFAULT_FACTOR = 0.99

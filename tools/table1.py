@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+from tools.collect import collect_runs, runs_by_setting
 from tools.methods import method_order, method_sort_key
-from tools.runs import (AnalysisError, CENTRALIZED_PARTY, Run, UNION_FOOTNOTE, add_run_args, cli, collect_runs,
-                        party_row_name, runs_by_setting)
+from tools.runs import AnalysisError, CENTRALIZED_PARTY, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
 from tools.tables import Table, add_table_args, ema_final, emit, nan_mean, render
 
 DEFAULT_FACTOR = 0.99
