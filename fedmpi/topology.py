@@ -1,7 +1,8 @@
 """Ranks -> roles. Rank 0 is the server; then each party's trainer ranks in config order; then dedicated
-validators. The layout depends on the algorithm: `centralized` merges all parties into one holding the union
-of their data (same ranks in all), `solo` keeps one party alone. Cross-device runs (clients.population > 0)
-have one group `clients` of clients.ranks trainer ranks, each training its share of the sampled clients."""
+validators. The layout depends on fed.setting: `centralized` merges all parties into one holding the union
+of their data (same ranks in all), `solo` keeps one party alone, `federated` keeps every party. Cross-device
+runs (clients.population > 0) have one group `clients` of clients.ranks trainer ranks, each training its share
+of the sampled clients."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,12 +64,12 @@ class Layout:
 
 
 def build_layout(cfg: Config) -> Layout:
-    algorithm = cfg.fed.algorithm
+    setting = cfg.fed.setting
     if cfg.cross_device:  # the virtual clients' trainer ranks (fedmpi.crossdevice), whatever the rule
         groups = [("clients", cfg.clients.ranks, ())]
-    elif algorithm == "centralized":
+    elif setting == "centralized":
         groups = [("centralized", sum(p.ranks for p in cfg.parties), tuple(p.data for p in cfg.parties))]
-    elif algorithm == "solo":
+    elif setting == "solo":
         groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties if p.name == cfg.fed.solo_party]
     else:
         groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties]

@@ -29,7 +29,7 @@ class HsuGrid:
     epochs: tuple[int, ...] = (1, 5)
     lr: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    beta: tuple[float, ...] = (0.7, 0.9, 0.97, 0.99, 0.997)     # FedAvgM's; FedAvg is beta = 0
+    beta: tuple[float, ...] = (0.7, 0.9, 0.97, 0.99, 0.997)     # server momentum rules' (FedAvgM); FedAvg is 0
     algorithms: tuple[str, ...] = ("fedavg", "fedavgm")
 
 
@@ -55,10 +55,19 @@ def grid_from_args(args) -> HsuGrid | None:
     empty = [name for name, v in values.items() if not v]
     if empty:
         raise ValueError(f"--{empty[0]}: give at least one value")
-    unknown = set(values.get("algorithms", ())) - {"fedavg", "fedavgm"}
+    from fedmpi.algorithms.registry import RULES
+
+    unknown = set(values.get("algorithms", ())) - set(RULES)
     if unknown:
-        raise ValueError(f"--algorithms: {', '.join(sorted(unknown))} (known: fedavg, fedavgm)")
+        raise ValueError(f"--algorithms: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
     return HsuGrid(**values)
+
+
+def _server_momentum(algorithm: str) -> bool:
+    """Whether the rule's server step is momentum (FedAvgM): then beta is a grid dimension."""
+    from fedmpi.algorithms.registry import rule
+
+    return rule(algorithm).server_optimizer == "momentum"
 
 
 def _label(value: float) -> str:
@@ -70,7 +79,7 @@ def hsu_runs(grid: HsuGrid | None, spec):
     grid = grid or HsuGrid()
     runs = []
     for algorithm in grid.algorithms:
-        for beta in ((0.0,) if algorithm == "fedavg" else grid.beta):
+        for beta in (grid.beta if _server_momentum(algorithm) else (0.0,)):
             for E in grid.epochs:
                 for C in grid.fraction:
                     for alpha in grid.alpha:
@@ -82,8 +91,8 @@ def hsu_runs(grid: HsuGrid | None, spec):
                                              f"clients.fraction={C}", f"clients.alpha={alpha}", f"optim.lr={lr}",
                                              f"clients.partition_seed={seed}", f"clients.sampler_seed={seed}",
                                              f"run.seed={seed}"]
-                                if algorithm == "fedavgm":
-                                    overrides.append(f"fed.server_momentum={beta}")
+                                if _server_momentum(algorithm):
+                                    overrides.append(f"fed.server.momentum={beta}")
                                 runs.append(spec(name, CONFIG, tuple(overrides),
                                                  {"algorithm": algorithm, "beta": beta, "epochs": E, "fraction": C,
                                                   "alpha": alpha, "lr": lr, "seed": seed}))

@@ -70,8 +70,11 @@ def test_assignment_balances_sample_counts():
 @pytest.mark.parametrize("overrides, message", [
     (["clients.fraction=0"], "clients.fraction: must be in (0, 1], got 0.0"),
     (["clients.images=600"], "clients.images: 100 clients x 600 images exceed the 50000 training images"),
-    (["fed.algorithm=pfm"], "fed.algorithm: cross-device clients (clients.population > 0) run fedavg, fedavgm or "
-                            "centralized, not pfm"),
+    (["fed.algorithm=pfm"], "fed.algorithm: cross-device clients are stateless and send only their model; pfm "
+                            "keeps trainer state across rounds"),
+    (["fed.algorithm=scaffold"], "fed.algorithm: cross-device clients are stateless and send only their model; "
+                                 "scaffold moves extra payloads"),
+    (["fed.setting=solo", "fed.solo_party=ms1m"], "fed.setting: solo picks a silo party"),
     (["fv.enabled=true"], "fv.enabled: FV weights silo parties"),
     (["clients.dataset=cifar10"], "clients.path: clients.dataset cifar10 needs the cifar-10-batches-py folder"),
     (["clients.alpha=-1"], "clients.alpha: must be >= 0, got -1.0"),
@@ -94,6 +97,6 @@ def test_hsu_config_layout_and_the_centralized_baseline():
     assert (cfg.clients.population, cfg.clients.images, cfg.optim.batch_size, cfg.optim.weight_decay,
             cfg.fed.local_momentum) == (100, 500, 64, 0.004, 0.0)
     labels = np.repeat(np.arange(10), 30)
-    central = load_config("configs/hsu_cifar10.yaml", ["fed.algorithm=centralized"])
+    central = load_config("configs/hsu_cifar10.yaml", ["fed.setting=centralized"])
     parts = partition(central, labels)
     assert len(parts) == 1 and parts[0].tolist() == list(range(300))   # one client holding every image

@@ -34,7 +34,7 @@ def reference(overrides) -> tuple[torch.Tensor, list]:
     state = BackboneState(model)
     theta = state.read()
     algorithm = build_algorithm(cfg)
-    server_state = algorithm.init_server_state(theta)
+    server_state = algorithm.init_server_state(theta, {})
     local = LocalTrainer(model, state, algorithm, data, epochs=1, batch_size=cfg.optim.batch_size,
                          seed=cfg.run.seed, augment=False, device=torch.device("cpu"), dtype=torch.float64)
     sampler = ClientSampler(len(data.parts), cfg.clients.fraction, cfg.clients.sampler_seed)
@@ -47,7 +47,7 @@ def reference(overrides) -> tuple[torch.Tensor, list]:
             _, n = local.train_client(theta, int(k), r, cfg.optim.lr)
             gathered.append((n, state.read().clone()))
         average = sum(n * t for n, t in gathered) / sum(n for n, _ in gathered)
-        theta = algorithm.server_update(theta, average, server_state)
+        algorithm.server_update(theta, {"theta": average}, server_state, participation=len(ids) / len(data.parts))
     return theta, sampled
 
 

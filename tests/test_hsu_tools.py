@@ -14,7 +14,7 @@ from jobs.index import new_index, write_index
 from jobs.sweeps import plan
 from tools.hsu_table import hsu_tables
 from tools.hsu_results import load_results
-from tools.analysis_common import render
+from tools.tables import render
 
 
 def test_the_paper_grid_and_its_reduction():
@@ -25,7 +25,7 @@ def test_the_paper_grid_and_its_reduction():
     assert [r.name for r in small][:2] == ["fedavg-b0-E1-C0.1-a100-lr0.01-s0", "fedavg-b0-E1-C0.1-a100-lr0.1-s0"]
     assert len(small) == 8
     m = [r for r in small if r.name == "fedavgm-b0.9-E1-C0.1-a0-lr0.1-s0"][0]
-    assert m.overrides[-1] == "clients.rounds=5" and "fed.server_momentum=0.9" in m.overrides
+    assert m.overrides[-1] == "clients.rounds=5" and "fed.server.momentum=0.9" in m.overrides
     assert "clients.alpha=0.0" in m.overrides and "clients.partition_seed=0" in m.overrides
     assert m.labels == {"algorithm": "fedavgm", "beta": 0.9, "epochs": 1, "fraction": 0.1, "alpha": 0.0, "lr": 0.1,
                         "seed": 0}
@@ -39,8 +39,8 @@ def test_sweep_command_line_reduces_the_grid_and_refuses_bad_values(tmp_path):
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "12 runs" in out.stdout     # alpha 2 x seeds 2 x (FedAvg + 2 betas)
-    bad = subprocess.run(args[:-2] + ["--algorithms", "fedprox"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--algorithms: fedprox (known: fedavg, fedavgm)" in bad.stderr
+    bad = subprocess.run(args[:-2] + ["--algorithms", "fedprocs"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--algorithms: fedprocs (known: fedavg, fedavgm," in bad.stderr
 
 
 def fake_sweep(folder, accuracies: dict) -> None:

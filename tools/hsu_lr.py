@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from pathlib import Path
-
-from tools.analysis_common import add_figure_args, add_pdf_arg, cli, panel_grid, save_figure, figure_legend
+from tools.plots import add_figure_args, add_pdf_arg, beside_input, figure_legend, panel_grid, save_figure
+from tools.runs import cli
 from tools.hsu_results import load_results, mean_over_seeds
 
 
@@ -39,7 +38,7 @@ def main(argv=None) -> None:
         ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)
     figure_legend(fig, axes, "server momentum")
-    save_figure(fig, args.fig or Path(args.sweep) / "hsu_lr.png", args.pdf)
+    save_figure(fig, beside_input(args.fig, [args.sweep], "hsu_lr.png"), args.pdf)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
 import numpy as np
 
 from fedmpi.data.hsu_partition import client_class_histogram, hsu_partition
 from fedmpi.store.h5log import LogReader
-from tools.analysis_common import AnalysisError, add_pdf_arg, cli, panel_grid, save_figure
+from tools.plots import add_pdf_arg, beside_input, panel_grid, save_figure
+from tools.runs import AnalysisError, cli
 
 
 def drawn_histograms(alphas, population: int, images: int, seed: int) -> dict[str, np.ndarray]:
@@ -62,12 +61,13 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", nargs="+", default=None, help="draw the histograms these run logs hold")
     parser.add_argument("--clients", type=int, default=30, help="clients shown per panel (default 30)")
-    parser.add_argument("--fig", default="hsu_partition.png", help="PNG to write (default hsu_partition.png)")
+    parser.add_argument("--fig", default=None, help="PNG to write (default: hsu_partition.png beside the first "
+                                                    "--log, else in the current folder)")
     add_pdf_arg(parser)
     args = parser.parse_args(argv)
     histograms = logged_histograms(args.log) if args.log else drawn_histograms(args.alpha, args.population,
                                                                                args.images, args.seed)
-    draw(histograms, args.clients, Path(args.fig), args.pdf)
+    draw(histograms, args.clients, beside_input(args.fig, args.log or ["."], "hsu_partition.png"), args.pdf)
 
 
 if __name__ == "__main__":

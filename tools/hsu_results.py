@@ -12,7 +12,7 @@ import numpy as np
 
 from fedmpi.store.h5log import LogReader, LogSchemaError
 from jobs.index import read_index
-from tools.analysis_common import AnalysisError
+from tools.runs import AnalysisError
 
 KEYS = ("algorithm", "beta", "epochs", "fraction", "alpha", "lr", "seed")
 

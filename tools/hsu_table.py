@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from tools.analysis_common import Table, add_table_args, cli, emit, render
+from fedmpi.algorithms.registry import RULES, method_label
 from tools.hsu_results import load_results, mean_over_seeds
+from tools.runs import cli
+from tools.tables import Table, add_table_args, emit, render
 
-NAMES = {"fedavg": "FedAvg", "fedavgm": "FedAvgM"}
+
+
+def label(algorithm: str) -> str:
+    return method_label(algorithm)[0]
 
 
 def best_cells(results) -> dict[tuple, tuple[float, float, float, int]]:
@@ -26,13 +31,13 @@ def best_cells(results) -> dict[tuple, tuple[float, float, float, int]]:
 
 def hsu_tables(results, fmt: str) -> list[Table]:
     best = best_cells(results)
-    algorithms = [a for a in NAMES if any(k[0] == a for k in best)]
+    algorithms = [a for a in RULES if any(k[0] == a for k in best)]
     tables = []
     for E in sorted({k[1] for k in best}):
         fractions = sorted({k[2] for k in best if k[1] == E}, reverse=True)
         alphas = sorted({k[3] for k in best if k[1] == E}, reverse=True)
         if fmt == "csv":
-            header = ["C"] + [f"alpha={a:g} {NAMES[alg]}" for a in alphas for alg in algorithms]
+            header = ["C"] + [f"alpha={a:g} {label(alg)}" for a in alphas for alg in algorithms]
         else:
             header = ["C"] + [f"α={a:g}" for a in alphas]
         rows = []
@@ -44,11 +49,11 @@ def hsu_tables(results, fmt: str) -> list[Table]:
                 rows.append([f"C={C:g}"] + [" / ".join("-" if v != v else f"{v:.3f}" for v in cell)
                                             for cell in cells])
         seeds = sorted({s for k, (_, _, _, s) in best.items() if k[1] == E})
-        chosen = "; ".join(f"{NAMES[alg]} C={C:g} α={a:g}: lr {best[(alg, E, C, a)][1]:g}"
-                           + (f", β {best[(alg, E, C, a)][2]:g}" if alg == "fedavgm" else "")
+        chosen = "; ".join(f"{label(alg)} C={C:g} α={a:g}: lr {best[(alg, E, C, a)][1]:g}"
+                           + (f", β {best[(alg, E, C, a)][2]:g}" if best[(alg, E, C, a)][2] else "")
                            for alg in algorithms for C in fractions for a in alphas if (alg, E, C, a) in best)
         notes = [f"Final test accuracy of the global model, best setting per cell averaged over "
-                 f"{'/'.join(map(str, seeds))} population seed(s); cells: {' / '.join(NAMES[a] for a in algorithms)}.",
+                 f"{'/'.join(map(str, seeds))} population seed(s); cells: {' / '.join(label(a) for a in algorithms)}.",
                  f"Chosen: {chosen}."]
         tables.append(Table(header, rows, digits=3, footnotes=notes, title=f"({'ab'[min(len(tables), 1)]}) Local "
                                                                              f"epochs E = {E}"))

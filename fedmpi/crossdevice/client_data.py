@@ -38,7 +38,7 @@ def cifar_folder(cfg) -> Path:
 def partition(cfg, labels: np.ndarray) -> list[np.ndarray]:
     """Hsu's partition of the training labels; `centralized`: one client holding every training image."""
     c = cfg.clients
-    if cfg.fed.algorithm == "centralized":
+    if cfg.fed.setting == "centralized":
         return [np.arange(len(labels), dtype=np.int64)]
     return hsu_partition(labels, c.population, c.images, c.alpha, c.partition_seed,
                          prior=np.full(CLASSES, 1.0 / CLASSES))

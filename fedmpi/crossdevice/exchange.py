@@ -29,18 +29,18 @@ def client_group(ctx):
 
 
 class ClientExchange:
-    """Server side. `rows` is None (no per-party uploads: FV cannot run on it)."""
+    """Server side, the exchange of the round loop (fedmpi.roles.server). `rows` is None (no per-party uploads:
+    FV cannot run on it). With a `log`, each round's sampled clients go to its /clients table."""
     rows = None
 
-    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, numel: int):
-        self.ctx, self.sampler, self.sizes, self.numel = ctx, sampler, sizes, numel
+    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, numel: int, log=None):
+        self.ctx, self.sampler, self.sizes, self.numel, self.log = ctx, sampler, sizes, numel, log
         self.trainers = ctx.layout.trainer_ranks
         self.group = client_group(ctx)
         self.payload = torch.zeros(numel + 1, dtype=torch.float64, device=ctx.device)
         self.clients = np.zeros(0, dtype=np.int64)
         self._work = None
         self._theta_bytes = 0
-        self.round = 0
 
     @property
     def participation(self) -> float:
@@ -53,7 +53,6 @@ class ClientExchange:
     def post(self, r: int) -> None:
         """Sample round r's clients, tell each trainer rank its share, start the reduction of their models."""
         self.clients = self.sampler.sample()
-        self.round = r
         comm.bcast((r, assign_to_ranks(self.clients, self.sizes, len(self.trainers))), what=_assignment(r),
                    timeout_s=self.ctx.cfg.run.collective_timeout_s, comm=self.ctx.mpi_fed)
         self.payload.zero_()
@@ -73,10 +72,17 @@ class ClientExchange:
         out.copy_(self.payload[:-1] / self.payload[-1])
         return out
 
-    def round_stats(self) -> list[dict]:
-        stats = comm.gather(None, what=round_statistics(self.round), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+    def round_stats(self, r: int) -> list[dict]:
+        """One statistics row for the clients' group: the clients' n-weighted mean loss, the images trained,
+        the slowest rank's seconds."""
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
                             comm=self.ctx.mpi_fed)
-        return [s for s in stats if s is not None]
+        stats = [s for s in stats if s is not None]
+        if self.log is not None:
+            self.log.append("clients", round=r, ids=self.clients)
+        weight = sum(s["weight"] for s in stats)
+        return [{"party": 0, "loss": sum(s["loss_sum"] for s in stats) / max(weight, 1),
+                 "images": sum(s["images"] for s in stats), "seconds": max(s["seconds"] for s in stats)}]
 
     def bytes_per_round(self) -> dict:
         """Theta down to every trainer rank, every trainer rank's payload up (as the reduce's inputs)."""

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedmpi.algorithms import LocalRound, views
 from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
 
 
@@ -43,9 +44,12 @@ class LocalTrainer:
     def train_client(self, theta: torch.Tensor, k: int, r: int, lr: float) -> tuple[float, int]:
         """Client k's E local epochs from theta; its model is left in the module. Returns (mean loss, n_k)."""
         self.state.write(theta)
-        self._algo_state = self.algorithm.init_trainer_state(self.state.trainable)  # clients are stateless
+        params = self.state.trainable
+        self._algo_state = self.algorithm.init_trainer_state(params)  # clients are stateless
         index = self.data.parts[k]
         n = len(index)
+        steps = self.epochs * -(-n // self.batch_size)
+        self._round = LocalRound(lr=lr, K=steps, global_params=views(theta[:self.state.n_trainable], params))
         generator = torch.Generator().manual_seed(client_seed(self.seed, r, k))
         images, labels = self.data.train.images, self.data.train.labels
         losses = []
@@ -57,15 +61,18 @@ class LocalTrainer:
                 if self.augment:
                     x = augment(x, generator)
                 y = torch.from_numpy(labels[batch]).to(self.device)
-                losses.append(self.step(x.to(self.device), y, lr))
+                losses.append(self.step(x.to(self.device), y))
+                self._round.step += 1
+        with torch.no_grad():
+            self.algorithm.end_round(params, self._round, self._algo_state)
         return float(torch.stack(losses).mean()), n
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = F.cross_entropy(self.model(x), y)
         loss.backward()
         params = self.state.trainable
         with torch.no_grad():
-            self.algorithm.local_step(params, [p.grad for p in params], lr, self._algo_state)
+            self.algorithm.local_step(params, [p.grad for p in params], self._round, self._algo_state)
         for p in params:
             p.grad = None
         return loss.detach().to(torch.float64)

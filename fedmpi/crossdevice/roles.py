@@ -1,4 +1,5 @@
-"""Which cross-device role a rank plays: rank 0 the server, every other rank a trainer of virtual clients."""
+"""Which cross-device role a rank plays: rank 0 the server (the round loop of fedmpi.roles.server with the
+cross-device setting), every other rank a trainer of virtual clients."""
 from __future__ import annotations
 
 from fedmpi.topology import SERVER
@@ -6,7 +7,7 @@ from fedmpi.topology import SERVER
 
 def run_cross_device(ctx, run_dir, resume=None) -> int:
     if ctx.rank == SERVER:
-        from fedmpi.crossdevice.server import run_client_server
+        from fedmpi.crossdevice.setting import run_client_server
         return run_client_server(ctx, run_dir, resume)
     from fedmpi.crossdevice.trainer import run_client_trainer
     return run_client_trainer(ctx, run_dir, resume)

@@ -1,0 +1,64 @@
+"""The `clients` section: the cross-device simulation of Hsu et al. (2019), on when population > 0."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ClientsConfig:
+    """Virtual clients trained one after another on `ranks` trainer ranks (the parties are then unused). Client
+    batch: optim.batch_size; client lr: optim.lr (constant); weight decay: optim.weight_decay; client momentum:
+    fed.local_momentum; the server step: fed.server (FedAvgM: momentum, lr, nesterov)."""
+    population: int = 0              # M virtual clients (0: the silo parties train)
+    fraction: float = 0.1            # C: max(floor(C M), 1) clients report each round
+    images: int = 500                # n images per client
+    alpha: float = 1.0               # label skew: q_k ~ Dir(alpha p); 0 = one class per client
+    partition_seed: int = 0
+    sampler_seed: int = 0
+    epochs: int = 1                  # E local epochs per round
+    rounds: int = 100
+    ranks: int = 2                   # trainer ranks the clients are spread over
+    dataset: str = "synthetic"       # synthetic | cifar10 (a cifar-10-batches-py folder at clients.path)
+    path: str = ""
+    train_images: int = 50000        # synthetic only
+    test_images: int = 10000         # synthetic only
+    augment: bool = False            # random crop (pad 4) and horizontal flip; off, as in the paper
+    eval_images: int = 0             # test images per evaluation (0: the whole test set)
+
+    def validate(self, cfg, fail) -> None:
+        if self.population == 0:
+            return
+        for key in ("population", "images", "epochs", "rounds", "ranks"):
+            if getattr(self, key) <= 0:
+                fail(f"clients.{key}", f"must be > 0, got {getattr(self, key)}")
+        if not 0 < self.fraction <= 1:
+            fail("clients.fraction", f"must be in (0, 1], got {self.fraction}")
+        if not self.alpha >= 0:
+            fail("clients.alpha", f"must be >= 0, got {self.alpha}")
+        if self.dataset == "synthetic" and (self.train_images <= 0 or self.test_images <= 0):
+            fail("clients.train_images", f"the synthetic set needs train and test images, got "
+                                         f"{self.train_images}, {self.test_images}")
+        central = cfg.fed.setting == "centralized"
+        if self.dataset == "synthetic" and not central and self.population * self.images > self.train_images:
+            fail("clients.images", f"{self.population} clients x {self.images} images exceed the "
+                                   f"{self.train_images} training images")
+        if self.dataset == "cifar10" and not self.path:
+            fail("clients.path", "clients.dataset cifar10 needs the cifar-10-batches-py folder")
+        if self.eval_images < 0:
+            fail("clients.eval_images", f"must be >= 0, got {self.eval_images}")
+        if cfg.fed.setting == "solo":
+            fail("fed.setting", "solo picks a silo party; cross-device runs (clients.population > 0) are "
+                                "federated or centralized")
+        if cfg.fv.enabled:
+            fail("fv.enabled", "FV weights silo parties; cross-device clients (clients.population > 0) have none")
+        from fedmpi.config_sections import algorithm_class
+        rule = algorithm_class(cfg)
+        if rule.up or rule.down or _rebuilds_on_global(rule):
+            fail("fed.algorithm", f"cross-device clients are stateless and send only their model; {rule.name} "
+                                  f"{'moves extra payloads' if rule.up or rule.down else 'keeps trainer state across rounds'}")
+
+
+def _rebuilds_on_global(rule) -> bool:
+    from fedmpi.algorithms.base import Algorithm
+
+    return rule.on_global is not Algorithm.on_global
