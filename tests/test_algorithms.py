@@ -103,3 +103,16 @@ def test_sgd_server_optimizer_with_lr_1_is_the_average_bit_for_bit_and_scales_ot
     theta, mean = torch.tensor([1.0, 2.0]), torch.tensor([0.3, 0.7])
     assert torch.equal(ServerOptimizer.build("sgd").apply(theta.clone(), mean, {}), mean)
     assert torch.allclose(ServerOptimizer.build("sgd", 0.5).apply(theta.clone(), mean, {}), (theta + mean) / 2)
+
+
+def test_only_plain_averaging_rules_form_the_average_straight_into_theta():
+    from fedmpi.algorithms import build_algorithm
+    from fedmpi.config import load_config
+
+    def averages(*overrides):
+        return build_algorithm(load_config(None, list(overrides))).server_averages
+
+    assert averages("fed.algorithm=pfm") and averages("fed.algorithm=fedavg")
+    assert not averages("fed.algorithm=fedavg", "fed.server.lr=0.5")
+    assert not averages("fed.algorithm=fedavgm") and not averages("fed.algorithm=scaffold")
+    assert not averages("fed.algorithm=fedadam") and not averages("fed.algorithm=mime_lite")

@@ -92,6 +92,13 @@ class Algorithm:
         zero at the start) in this dict, so that a checkpoint restores what the trainers are sent."""
         return self.server.init(theta)
 
+    @property
+    def server_averages(self) -> bool:
+        """Θ after the server step is the weighted average itself (FedAvg, PFM: eq. 4), with no payload besides
+        θ: the roles may then form the average straight into Θ and skip server_update."""
+        return (not self.up and not self.down and self.server.averages
+                and type(self).server_update is Algorithm.server_update)
+
     def server_update(self, theta: torch.Tensor, mean: dict[str, torch.Tensor], state: dict,
                       participation: float = 1.0) -> torch.Tensor:
         """Θ ← server optimizer step on Δ = Θ − Σ_i w_i θ_i (mean["theta"]), in place; returns theta.

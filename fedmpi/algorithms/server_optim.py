@@ -18,6 +18,8 @@ DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adam": 0.01, "yogi": 0.01, "adagrad"
 
 
 class ServerOptimizer:
+    averages = False    # True: the step is Θ ← Σ w_i θ_i exactly, so the average may be formed straight into Θ
+
     def __init__(self, lr: float):
         self.lr = lr
 
@@ -47,6 +49,10 @@ class ServerOptimizer:
 
 
 class SGD(ServerOptimizer):
+    @property
+    def averages(self) -> bool:
+        return self.lr == 1.0
+
     def apply(self, theta, mean, state):
         if self.lr == 1.0:  # Θ − (Θ − mean) = mean: FedAvg's average, bit for bit
             return theta.copy_(mean)

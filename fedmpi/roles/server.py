@@ -69,8 +69,11 @@ class Server:
                 exchange.wait()
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-                exchange.weighted_mean(self.w, self.mean.flat)                     # Σ w_i u_i (eq. 4)
-                self.aggregate()
+                if self.algorithm.server_averages:                             # Θ = Σ w_i θ_i (eq. 4)
+                    exchange.weighted_mean(self.w, self.down.flat)
+                else:                                                          # mean = Σ w_i u_i, server step
+                    exchange.weighted_mean(self.w, self.mean.flat)
+                    self.aggregate()
                 exchange.send(self.down.flat)
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
