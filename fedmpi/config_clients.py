@@ -54,8 +54,8 @@ class ClientsConfig:
         from fedmpi.config_sections import algorithm_class
         rule = algorithm_class(cfg)
         if rule.up or rule.down or _rebuilds_on_global(rule):
-            fail("fed.algorithm", f"cross-device clients are stateless and send only their model; {rule.name} "
-                                  f"{'moves extra payloads' if rule.up or rule.down else 'keeps trainer state across rounds'}")
+            why = "moves extra payloads" if rule.up or rule.down else "keeps trainer state across rounds"
+            fail("fed.algorithm", f"cross-device clients are stateless and send only their model; {rule.name} {why}")
 
 
 def _rebuilds_on_global(rule) -> bool:

@@ -79,7 +79,8 @@ def test_table_best_lr_per_cell_averaged_over_seeds(tmp_path):
     assert e1.title == "(a) Local epochs E = 1" and e5.title == "(b) Local epochs E = 5"
     assert e1.header == ["C", "α=100", "α=0"]
     assert e1.rows == [["C=0.4", "- / -", "0.400 / -"], ["C=0.1", "0.750 / 0.840", "0.250 / 0.600"]]
-    assert "FedAvg C=0.1 α=100: lr 0.01" in e1.footnotes[1] and "FedAvgM C=0.1 α=100: lr 0.01, β 0.97" in e1.footnotes[1]
+    assert "FedAvg C=0.1 α=100: lr 0.01" in e1.footnotes[1]
+    assert "FedAvgM C=0.1 α=100: lr 0.01, β 0.97" in e1.footnotes[1]
     assert e5.rows == [["C=0.1", "0.810 / -"]]       # the same two algorithms in every panel
     csv = render(hsu_tables(load_results(tmp_path), "csv")[0], "csv").splitlines()
     assert csv[0] == "C,alpha=100 FedAvg,alpha=100 FedAvgM,alpha=0 FedAvg,alpha=0 FedAvgM"

@@ -111,8 +111,8 @@ def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: in
             finals[R] = torch.load(out / f"{name}.pt")["theta"]
         first = finals[ranks[0]]
         same = {R: (bool(torch.equal(first, theta)), float((first - theta).abs().max())) for R, theta in finals.items()}
-        print(f"   C={C:g}: global model after {rounds} rounds vs {ranks[0]} rank(s): "
-              + ", ".join(f"{R} ranks {'bitwise equal' if eq else f'max |diff| {d:.3g}'}" for R, (eq, d) in same.items()))
+        verdicts = [f"{R} ranks {'bitwise equal' if eq else f'max |diff| {d:.3g}'}" for R, (eq, d) in same.items()]
+        print(f"   C={C:g}: global model after {rounds} rounds vs {ranks[0]} rank(s): " + ", ".join(verdicts))
 
 
 def main() -> int:

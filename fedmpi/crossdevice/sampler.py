@@ -35,7 +35,8 @@ class ClientSampler:
     def load_state_dict(self, state: dict) -> None:
         for key in ("seed", "population", "fraction"):
             if state[key] != getattr(self, key):
-                raise ValueError(f"client sampler: the checkpoint has {key} {state[key]}, this run {getattr(self, key)}")
+                raise ValueError(f"client sampler: the checkpoint has {key} {state[key]}, "
+                                 f"this run {getattr(self, key)}")
         self.rng.bit_generator.state = state["bit_generator"]
         self.rounds_drawn = int(state["rounds_drawn"])
 

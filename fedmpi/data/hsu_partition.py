@@ -5,7 +5,8 @@ and the image is taken, without replacement, from that class's pool (pools shuff
 
 A dry pool: the client's n classes are drawn from q_k; the draws a class's pool cannot serve (its last ones in
 draw order) are drawn again, one by one, from q_k restricted to the classes that still have images
-(renormalised); when none of q_k's classes has any left, from the prior p restricted the same way. So every client holds exactly n images whenever clients x n <= the set's size.
+(renormalised); when none of q_k's classes has any left, from the prior p restricted the same way. So every
+client holds exactly n images whenever clients x n <= the set's size.
 alpha = 0 is the limit of one class per client: the class is drawn from p among the classes that still hold
 at least n images (none left: an error, the population does not fit one class per client).
 """

@@ -33,7 +33,8 @@ class Progress:
         losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
         fv_part = "" if fv is None else f"fv {fv} it  "
         self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  {fv_part}"
-                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}{'  ' + self.note if self.note else ''}\n")
+                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}"
+                          f"{'  ' + self.note if self.note else ''}\n")
         self.stream.flush()
 
     def summary(self, log_path, extra: str = "") -> None:
