@@ -4,9 +4,9 @@
 
 Writes 112x112 synthetic faces as a faces_emore-style train.rec/train.idx in a temporary folder (page cache
 warm, as after the first epoch), then times, in a shuffled order and with torch.set_num_threads(1):
-  memory       torchvision decode_jpeg of the bytes already in memory (the floor)
+  memory       decode (Pillow) of the bytes already in memory (the floor)
   reader       RecordReader.read_ir + decode (what the reader adds: pread, framing, header)
-  memory+norm  decode_jpeg from memory, then flip half and normalise to [-1, 1] (the dataset's floor)
+  memory+norm  decode from memory, then flip half and normalise to [-1, 1] (the dataset's floor)
   dataset      RecFaceDataset[(i, flip)]: reader + label checks + flip + normalisation
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torchvision.io import decode_jpeg
 
 from fedmpi.data.face_dataset import RecFaceDataset
 from fedmpi.data.faces_emore import write_faces_emore
@@ -57,12 +56,12 @@ def main(argv=None) -> int:
         ds = RecFaceDataset(tmp, image_size=112)
         reader = ds.reader
         order = np.random.default_rng(0).permutation(len(ds))
-        tensors = [torch.frombuffer(bytearray(jpegs[i]), dtype=torch.uint8) for i in order]
+        blobs = [jpegs[i] for i in order]
         keys = [int(ds.keys[i]) for i in order]
         rates = best_rates({
-            "memory": (decode_jpeg, tensors),
+            "memory": (lambda b: decode(b, "memory"), blobs),
             "reader": (lambda k: decode(reader.read_ir(k)[1], reader.rec_path, k), keys),
-            "memory+norm": (lambda i: normalize(decode_jpeg(tensors[i]), bool(i & 1)), range(len(tensors))),
+            "memory+norm": (lambda i: normalize(decode(blobs[i], "memory"), bool(i & 1)), range(len(blobs))),
             "dataset": (lambda i: ds[(int(i), bool(i & 1))], order),
         }, args.repeats)
     size = np.mean([len(j) for j in jpegs])
