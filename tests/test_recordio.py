@@ -63,6 +63,13 @@ def test_writer_and_indexed_reader(tmp_path):
     reader = RecordReader(tmp_path / "a.rec", tmp_path / "a.idx")
     for key in (9, 2, 0, 5):  # random order
         assert reader.read(key) == payloads[key]
+    assert 5 in reader and np.int64(9) in reader and 1 not in reader and 10 not in reader and -1 not in reader
+    with pytest.raises(DataError, match=r"a.rec record 7: no such key in a.idx"):
+        reader.read(7)
+    # hand-edited index: blank lines and spaces are read like the writer's lines, a repeated key means its last line
+    (tmp_path / "b.idx").write_text(f"{lines[2]}\n\n 0\t0\n{lines[3]} \n2\t0\n")
+    edited = RecordReader(tmp_path / "a.rec", tmp_path / "b.idx")
+    assert edited.keys.tolist() == [2, 0, 9, 2] and edited.read(2) == payloads[0] and edited.read(9) == payloads[9]
 
 
 def make_identity_folder(root: Path) -> dict[str, list[torch.Tensor]]:
