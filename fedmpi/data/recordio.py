@@ -198,8 +198,8 @@ class RecordReader:
             ends[order[-1]] = self.file_size
         # A record may continue past the next indexed offset only if the index skips records; read to EOF then.
         ends[ends <= offsets] = self.file_size
-        # lookups by key: a binary search over the keys in order (numpy arrays, not a dict of 6 M tuples:
-        # 1.4 GB per rank for MS1M); equal keys resolve to the last one in the file
+        # lookups by key: a binary search over the keys in order (numpy arrays, not a dict of 6 M tuples,
+        # over 1 GB per rank for MS1M); equal keys resolve to the last one in the file
         by_key = np.argsort(keys, kind="stable")
         self._sorted_keys, self._offsets, self._spans = keys[by_key], offsets[by_key], (ends - offsets)[by_key]
         self.keys = keys
