@@ -1,11 +1,13 @@
 """MPI + torch.distributed set-up: rendezvous through MPI, device pinning, process groups, flat buffers.
 
-Control messages (round numbers, weightings, scores, stop/abort) use mpi4py directly; tensors use
+Control messages (round numbers, weightings, scores, stop/abort) use mpi4py, with a deadline (`fedmpi.control`,
+re-exported here: receive, gather, bcast, barrier, allreduce_max); tensors use
 torch.distributed (NCCL when CUDA is present, gloo otherwise). The rendezvous address is chosen by rank 0
 and broadcast over MPI, never read from a hand-set MASTER_ADDR.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -16,6 +18,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
+
+from fedmpi.control import (CommFailure, CommTimeout, allreduce_max, barrier, bcast, gather,  # noqa: F401
+                            receive)
 
 _STATE: dict = {"device": torch.device("cpu"), "backend": None, "timeout_s": 600.0}
 
@@ -37,16 +42,36 @@ def local_rank(comm=None) -> int:
     return rank
 
 
-def _free_port() -> int:
+def _free_port(host: str = "") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def mpi_interface() -> str | None:
+    """The network interface Open MPI was told to use (one name in OMPI_MCA_btl_tcp_if_include), if any."""
+    names = os.environ.get("OMPI_MCA_btl_tcp_if_include", "").split(",")
+    return names[0] if len(names) == 1 and names[0] and "/" not in names[0] else None
+
+
+def use_mpi_interface() -> None:
+    """gloo and NCCL open their sockets on MPI's interface when one is known (unless told otherwise): torch's
+    rendezvous store and gloo have no authentication, so they should not face other networks."""
+    interface = mpi_interface()
+    if interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+
+
+RENDEZVOUS_TIMEOUT_S = 300.0  # every rank joining the TCP store: slow imports on a busy node are no hang
 
 
 def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0, comm=None) -> str:
     """Initialise torch.distributed over all MPI ranks; pin each rank to its local GPU when CUDA is present.
 
-    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used.
+    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used. `timeout_s` bounds every
+    collective of the groups made by `new_group`; the world group (used by nothing after the rendezvous) gets
+    the rendezvous' own, longer, timeout.
     """
     comm = comm or mpi_comm()
     if dist.is_initialized():
@@ -61,6 +86,7 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         _STATE["device"] = torch.device("cuda", gpu)
     else:
         _STATE["device"] = torch.device("cpu")
+    use_mpi_interface()
     if comm.Get_rank() == 0:
         host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
         address = (host, _free_port())
@@ -72,7 +98,7 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         init_method=f"tcp://{host}:{port}",
         world_size=comm.Get_size(),
         rank=comm.Get_rank(),
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
         device_id=_STATE["device"] if backend == "nccl" else None,
     )
     _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
@@ -149,114 +175,33 @@ def views(flat: torch.Tensor, like: Iterable[torch.Tensor]) -> list[torch.Tensor
     return out
 
 
-# ---------------------------------------------------------------- control messages with a deadline
-
-# An idle rank polls with naps that double up to MAX_NAP_S: a few dozen wake-ups a second, well under 1 % of a
-# core, and at most MAX_NAP_S of added latency per control message.
-MIN_NAP_S, MAX_NAP_S = 1e-4, 0.02
-TAG_GATHER, TAG_BCAST = 7401, 7402
-
-
-class CommTimeout(RuntimeError):
-    """A rank did not answer within the run's collective timeout (run.collective_timeout_s)."""
-
-
-def _wait_until(done: Callable[[], bool], deadline: float | None) -> bool:
-    """Poll done() with backing-off naps until it is true (True) or the deadline passes (False)."""
-    nap = MIN_NAP_S
-    while not done():
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(nap)
-        nap = min(2 * nap, MAX_NAP_S)
-    return True
+@contextlib.contextmanager
+def naming_failures(what: str):
+    """Around torch.distributed calls (and calls that make them): a failure or a timeout of the backend becomes
+    one line that says what was going on (`what`, e.g. the round or the group and its ranks); nested uses add
+    to the line from the outside in: 'round 4: gather of theta_i over group leaders (ranks 0, 1, 3): ...'."""
+    try:
+        yield
+    except CommTimeout as exc:
+        raise CommTimeout(f"{what}: {exc}") from None
+    except RuntimeError as exc:  # gloo and NCCL failures (DistBackendError is one)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "timed out" in first.lower() or "timeout" in first.lower():
+            raise CommTimeout(f"{what}: no answer within run.collective_timeout_s={collective_timeout_s():g} s "
+                              f"({first})") from None
+        raise CommFailure(f"{what}: {first}") from None
 
 
-def _deadline(timeout_s: float | None) -> float | None:
-    return None if timeout_s is None else time.monotonic() + timeout_s
-
-
-def _world_ranks(comm, ranks: Iterable[int]) -> list[int]:
-    """Ranks of `comm` as COMM_WORLD ranks (what error messages name)."""
-    from mpi4py import MPI
-
-    ranks = list(ranks)
-    if comm == MPI.COMM_WORLD or not ranks:
-        return ranks
-    return list(MPI.Group.Translate_ranks(comm.Get_group(), ranks, MPI.COMM_WORLD.Get_group()))
-
-
-def _rank_list(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
-
-
-def receive(source: int, tag: int, *, what: str, timeout_s: float | None, comm=None):
-    """The next control message from `source` (MPI.ANY_SOURCE: any rank) with `tag`, waiting at most
-    `timeout_s` (None: for ever) without spinning; CommTimeout naming what was awaited otherwise."""
-    from mpi4py import MPI
-
-    comm = comm or mpi_comm()
-    status = MPI.Status()
-    if not _wait_until(lambda: comm.Iprobe(source=source, tag=tag, status=status), _deadline(timeout_s)):
-        sender = "any rank" if source == MPI.ANY_SOURCE else _rank_list(_world_ranks(comm, [source]))
-        raise CommTimeout(f"no {what} from {sender} within {timeout_s:g} s")
-    return comm.recv(source=status.Get_source(), tag=tag)
-
-
-def _send(comm, value, dest: int, tag: int, what: str, deadline: float | None, timeout_s) -> None:
-    request = comm.isend(value, dest=dest, tag=tag)
-    if not _wait_until(lambda: request.Test(), deadline):
-        raise CommTimeout(f"{what}: {_rank_list(_world_ranks(comm, [dest]))} did not take the message within "
-                          f"{timeout_s:g} s")
-
-
-def gather(value, *, what: str, timeout_s: float | None, comm, root: int = 0) -> list | None:
-    """comm.gather(value, root) with a deadline: on the root, the list of every rank's value; CommTimeout
-    naming the ranks that did not answer."""
-    deadline = _deadline(timeout_s)
-    rank = comm.Get_rank()
-    if rank != root:
-        _send(comm, value, root, TAG_GATHER, what, deadline, timeout_s)
-        return None
-    values: dict[int, object] = {root: value}
-    others = [r for r in range(comm.Get_size()) if r != root]
-
-    def all_in() -> bool:
-        for r in others:
-            if r not in values and comm.Iprobe(source=r, tag=TAG_GATHER):
-                values[r] = comm.recv(source=r, tag=TAG_GATHER)
-        return len(values) == comm.Get_size()
-
-    if not _wait_until(all_in, deadline):
-        missing = _world_ranks(comm, [r for r in others if r not in values])
-        raise CommTimeout(f"{what}: no answer from {_rank_list(missing)} within {timeout_s:g} s")
-    return [values[r] for r in range(comm.Get_size())]
-
-
-def bcast(value, *, what: str, timeout_s: float | None, comm, root: int = 0):
-    """comm.bcast(value, root) with a deadline on every rank."""
-    deadline = _deadline(timeout_s)
-    if comm.Get_rank() != root:
-        return receive(root, TAG_BCAST, what=what, timeout_s=timeout_s, comm=comm)
-    for r in range(comm.Get_size()):
-        if r != root:
-            _send(comm, value, r, TAG_BCAST, what, deadline, timeout_s)
-    return value
-
-
-def allreduce_max(value: int, *, what: str, timeout_s: float | None, comm) -> int:
-    """The largest of every rank's integer, with a deadline (a non-blocking allreduce, polled)."""
-    import numpy as np
-    from mpi4py import MPI
-
-    mine, out = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
-    request = comm.Iallreduce(mine, out, op=MPI.MAX)
-    if not _wait_until(lambda: request.Test(), _deadline(timeout_s)):
-        raise CommTimeout(f"{what}: not every rank of the {comm.Get_size()} joined within {timeout_s:g} s")
-    return int(out[0])
+def group_label(name: str, group) -> str:
+    """'group NAME (ranks 0, 1, 3)' for messages."""
+    return f"group {name} (ranks {', '.join(str(r) for r in dist.get_process_group_ranks(group))})"
 
 
 # ---------------------------------------------------------------- failure discipline
+
+
+SECONDARY_GRACE_S = 3.0
+OUTPUT_GRACE_S = 0.5
 
 
 def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[], None] | None = None) -> int:
@@ -274,6 +219,8 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
     except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
         if os.environ.get("FEDMPI_TRACEBACK"):
             traceback.print_exc()
+        if isinstance(exc, CommFailure):  # most often the echo of another rank's failure: let that one speak
+            time.sleep(SECONDARY_GRACE_S)  # first; the job usually ends before this line is printed at all
         _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
     return 1
 
@@ -282,6 +229,7 @@ def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None 
     sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE_S)  # mpirun forwards the line before the abort tears the job down
     if on_failure is not None:
         try:
             on_failure()

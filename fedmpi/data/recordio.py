@@ -127,13 +127,20 @@ def read_index(idx_path) -> tuple[np.ndarray, np.ndarray]:
         return _read_index_lines(idx_path)
     if table.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if table.shape[1] != 2 or (table[:, 1] < 0).any():
+        return _read_index_lines(idx_path)  # names the bad line, or reads the first two fields of each
     return np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1])
 
 
 def _read_index_lines(idx_path) -> tuple[np.ndarray, np.ndarray]:
     keys, offsets = [], []
-    with open(idx_path, "r") as f:
-        for n, line in enumerate(f, 1):
+    with open(idx_path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("ascii")
+            except UnicodeDecodeError:
+                raise DataError(idx_path, f"line {n} is not text (binary bytes {raw[:16]!r}...); an .idx holds "
+                                          "'key<TAB>offset' lines") from None
             if not line.strip():
                 continue
             fields = line.split("\t")
@@ -142,6 +149,8 @@ def _read_index_lines(idx_path) -> tuple[np.ndarray, np.ndarray]:
                 offsets.append(int(fields[1]))
             except (ValueError, IndexError):
                 raise DataError(idx_path, f"line {n} is not 'key<TAB>offset': {line.strip()[:60]!r}") from None
+            if offsets[-1] < 0:
+                raise DataError(idx_path, f"line {n}: offset {offsets[-1]} of key {keys[-1]} is negative")
     return np.asarray(keys, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
 
 
@@ -186,6 +195,7 @@ class RecordReader:
         keys, offsets = read_index(self.idx_path)
         beyond = offsets + 8 > self.file_size
         self.dropped_keys = [int(k) for k in keys[beyond]]
+        self._past_end = dict(zip(self.dropped_keys, offsets[beyond].tolist()))
         if beyond.any() and not skip_bad:
             k, o = keys[beyond][0], offsets[beyond][0]
             raise DataError(self.rec_path, f"index offset {o} is past the end of the file "
@@ -224,12 +234,20 @@ class RecordReader:
             self._buf = bytearray()
         return self._fd
 
-    def read_view(self, key) -> memoryview:
-        """The joined payload of record `key`, valid until this reader's next read."""
+    def location(self, key) -> tuple[int, int]:
+        """(byte offset, byte length) of record `key` in the .rec file."""
         i = self._find(int(key))
         if i < 0:
+            if int(key) in self._past_end:
+                raise DataError(self.rec_path, f"index offset {self._past_end[int(key)]} (from {self.idx_path.name}) "
+                                               f"is past the end of the file ({self.file_size} bytes): the .rec is "
+                                               "truncated", key)
             raise DataError(self.rec_path, f"no such key in {self.idx_path.name}", key)
-        offset, span = int(self._offsets[i]), int(self._spans[i])
+        return int(self._offsets[i]), int(self._spans[i])
+
+    def read_view(self, key) -> memoryview:
+        """The joined payload of record `key`, valid until this reader's next read."""
+        offset, span = self.location(key)
         fd = self._file()
         if len(self._buf) < span:
             self._buf = bytearray(max(span, 2 * len(self._buf)))
