@@ -11,9 +11,18 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
 .PHONY: demo test venv bench clean hsu-cpu
 
-$(STAMP): requirements.txt pyproject.toml
+# torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
+# comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
+# build from PyPI is installed instead, which runs on CPU too. See README, "Installation".
+TORCH ?= $(shell { test -e /dev/nvidiactl || command -v nvidia-smi; } >/dev/null 2>&1 && echo cuda || echo cpu)
+
+$(STAMP): requirements.txt requirements-cpu.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	if [ "$(TORCH)" = cpu ]; then \
+		$(PY) -m pip install --quiet --no-deps --timeout 20 --retries 1 -r requirements-cpu.txt \
+		|| echo "note: the CPU build of torch could not be installed; using the CUDA build (runs on CPU)"; \
+	fi
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .   # `python -m fedmpi.run` and the fedmpi-* commands from any folder
 	touch $@

@@ -27,7 +27,7 @@ def broken_rec(tmp_path_factory):
     data = bytearray((folder / "train.rec").read_bytes())
     images = CONFIG["parties"][1]["data"]["identities"] * CONFIG["parties"][1]["data"]["images_per_identity"]
     for key in range(2, images + 1, 2):        # image records are keys 1..images (0: the header record)
-        offset, _ = reader._where[key]
+        offset, _ = reader.location(key)
         image = offset + 8 + 24               # RecordIO header, then the 24-byte IRHeader, then the image
         data[image:image + 16] = bytes(16)
     (folder / "train.rec").write_bytes(bytes(data))

@@ -7,15 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torchvision.io import decode_image, encode_jpeg, encode_png
 
 from fedmpi.data import DataError, RecFaceDataset
 from fedmpi.data.faces_emore import read_layout, write_faces_emore
 from fedmpi.data.recordio import (MAGIC, MAGIC_BYTES, RecordReader, RecordWriter, decode_record, encode_record,
                                   pack_ir, unpack_ir)
+from image_files import encode_jpeg, encode_png, read_image
 from tools import pack_rec
-
-pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
 
 M = MAGIC_BYTES
 
@@ -65,6 +63,13 @@ def test_writer_and_indexed_reader(tmp_path):
     reader = RecordReader(tmp_path / "a.rec", tmp_path / "a.idx")
     for key in (9, 2, 0, 5):  # random order
         assert reader.read(key) == payloads[key]
+    assert 5 in reader and np.int64(9) in reader and 1 not in reader and 10 not in reader and -1 not in reader
+    with pytest.raises(DataError, match=r"a.rec record 7: no such key in a.idx"):
+        reader.read(7)
+    # hand-edited index: blank lines and spaces are read like the writer's lines, a repeated key means its last line
+    (tmp_path / "b.idx").write_text(f"{lines[2]}\n\n 0\t0\n{lines[3]} \n2\t0\n")
+    edited = RecordReader(tmp_path / "a.rec", tmp_path / "b.idx")
+    assert edited.keys.tolist() == [2, 0, 9, 2] and edited.read(2) == payloads[0] and edited.read(9) == payloads[9]
 
 
 def make_identity_folder(root: Path) -> dict[str, list[torch.Tensor]]:
@@ -77,9 +82,9 @@ def make_identity_folder(root: Path) -> dict[str, list[torch.Tensor]]:
         for j in range(k + 2):
             img = torch.randint(0, 256, (3, 16, 16), generator=g, dtype=torch.uint8)
             if j % 2 == 0:
-                (root / name / f"{j}.png").write_bytes(encode_png(img).numpy().tobytes())
+                (root / name / f"{j}.png").write_bytes(encode_png(img))
             else:
-                (root / name / f"{j}.jpg").write_bytes(encode_jpeg(img, quality=90).numpy().tobytes())
+                (root / name / f"{j}.jpg").write_bytes(encode_jpeg(img, quality=90))
             images[name].append(img)
     return images
 
@@ -95,7 +100,7 @@ def test_packer_round_trip(tmp_path):
         assert bytes(payload) == path.read_bytes()  # stored unchanged
         x, label = ds[i]
         assert label == ["anna", "bert", "carl"].index(path.parent.name) == header.label
-        expected = decode_image(str(path))
+        expected = read_image(path)
         assert torch.equal(((x + 1) * 127.5).round().to(torch.uint8), expected)
         if path.suffix == ".png":  # lossless: the very pixels that were packed
             assert torch.equal(expected, images[path.parent.name][int(path.stem)])
@@ -120,7 +125,7 @@ def test_faces_emore_header_and_identity_ranges(tmp_path):
 
 
 def test_split_by_identity_parts_and_remapped_labels(tmp_path):
-    jpeg = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8)).numpy().tobytes()
+    jpeg = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
     groups = [[jpeg] * (k + 1) for k in range(10)]
     write_faces_emore(tmp_path / "train.rec", tmp_path / "train.idx", groups)
     parts = [RecFaceDataset(tmp_path, 8, split_index=i, split_count=4) for i in range(4)]
@@ -134,7 +139,7 @@ def test_split_by_identity_parts_and_remapped_labels(tmp_path):
 
 
 def test_file_without_header_record_reads_labels_from_every_record(tmp_path):
-    jpeg = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8)).numpy().tobytes()
+    jpeg = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
     with RecordWriter(tmp_path / "train.rec", tmp_path / "train.idx") as w:
         for key, label in enumerate([1, 0, 1, 2, 0]):
             w.write(key, pack_ir(float(label), key, 0, jpeg))
@@ -146,7 +151,7 @@ def test_file_without_header_record_reads_labels_from_every_record(tmp_path):
 # ------------------------------------------------------------------------------------------------- bad files
 
 def good_set(folder: Path, n_ids: int = 3, per: int = 2) -> list[bytes]:
-    jpeg = encode_jpeg(torch.full((3, 8, 8), 99, dtype=torch.uint8)).numpy().tobytes()
+    jpeg = encode_jpeg(torch.full((3, 8, 8), 99, dtype=torch.uint8))
     folder.mkdir(parents=True, exist_ok=True)
     write_faces_emore(folder / "train.rec", folder / "train.idx", [[jpeg] * per for _ in range(n_ids)])
     return (folder / "train.rec").read_bytes()

@@ -7,12 +7,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from torchvision.io import decode_image, encode_jpeg, encode_png
 
 from fedmpi.data import DataError, load_bin, read_pairs
+from image_files import encode_jpeg, encode_png, read_image
 from tools import pack_bin
-
-pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision")
 
 
 def images(n: int, size: int = 12) -> list[torch.Tensor]:
@@ -24,7 +22,7 @@ def test_packer_round_trip(tmp_path):
     imgs = images(6)
     for i, img in enumerate(imgs):
         data = encode_png(img) if i % 2 else encode_jpeg(img, quality=90)
-        (tmp_path / f"{i}.{'png' if i % 2 else 'jpg'}").write_bytes(data.numpy().tobytes())
+        (tmp_path / f"{i}.{'png' if i % 2 else 'jpg'}").write_bytes(data)
     names = [f"{i}.{'png' if i % 2 else 'jpg'}" for i in range(6)]
     (tmp_path / "pairs.txt").write_text(f"# a comment\n{names[0]} {names[1]} 1\n\n{names[2]} {names[3]} 1\n"
                                         f"{names[4]} {names[5]} 0\n")
@@ -36,7 +34,7 @@ def test_packer_round_trip(tmp_path):
     tensor, same2 = load_bin(out, image_size=12)
     assert tensor.shape == (6, 3, 12, 12) and tensor.dtype == torch.uint8 and same2.dtype == bool
     for i, n in enumerate(names):
-        assert torch.equal(tensor[i], decode_image(str(tmp_path / n)))
+        assert torch.equal(tensor[i], read_image(tmp_path / n))
     assert torch.equal(tensor[1], imgs[1])  # PNG: exactly the packed pixels
     assert load_bin(out, image_size=24)[0].shape == (6, 3, 24, 24)  # resized like insightface does
 
@@ -50,7 +48,7 @@ def test_packer_rejects_bad_pair_lines(tmp_path):
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
 def test_formats_of_real_files(tmp_path, protocol):
     """bytes or uint8 numpy arrays for the images; bools or numpy bools for issame; any pickle protocol."""
-    jpegs = [encode_jpeg(img).numpy() for img in images(4)]
+    jpegs = [np.frombuffer(encode_jpeg(img), dtype=np.uint8) for img in images(4)]
     obj = ([jpegs[0].tobytes(), jpegs[1], jpegs[2], jpegs[3].tobytes()], [np.bool_(True), False])
     path = tmp_path / "x.bin"
     path.write_bytes(pickle.dumps(obj, protocol=protocol))

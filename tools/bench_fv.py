@@ -1,57 +1,89 @@
-"""Benchmark (issue 4): round time with Federated Validation on (dedicated validator ranks, overlapped with
-training, as many FV iterations as fit) against FV off, on the CPU demo (gloo). Launches `python -m
-fedmpi.run` under mpirun and reads the run logs; prints figures, asserts nothing.
+"""Benchmark (issues 4, 15): what Federated Validation costs and what it gets done, on the CPU demo (gloo).
 
-The first round is left out of the means (start-up; FV has no θ' before the first gather). Evaluation runs in
-both (after round 1 and at the end), so it does not bias the comparison.
+    python -m tools.bench_fv [--rounds 8] [--validators 2] [--hosted] [--baseline DIR] [--out /tmp/bench_fv]
 
-    python -m tools.bench_fv [--rounds 8] [--validators 2] [--hosted] [--out /tmp/bench_fv]
+Runs `python -m fedmpi.run` under mpirun (every rank through tools/rank_probe.py) and reads the run logs:
+  FV off                         the reference round time
+  FV on, dedicated validators    round-time overhead, FV iterations completed in each round (adaptive mode:
+                                 as many as fit), and the validator ranks' CPU (process CPU time / wall) from
+                                 the end of round 2 to the end of the last round
+  FV idle                        dedicated validators with one FV iteration per round on tiny sets
+                                 (fv.iterations_per_round=1, 2 pairs per fold): the validators wait almost all
+                                 the time, so their CPU share is what waiting costs (plus that small work)
+  FV on, hosted (--hosted)       the sets on the server itself
+The first round is left out of the means (start-up; FV has no θ' before the first gather). `--baseline DIR`
+runs another checkout (e.g. `git worktree add /tmp/main main`) the same way, after this one. Prints figures,
+asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from mpirun import mpirun  # noqa: E402
-
-from fedmpi.store.h5log import LogReader  # noqa: E402
+from fedmpi.store.h5log import LogReader
+from tools.mpi_launch import ROOT, cpu_share, mpi_env, run_fedmpi
 
 CONFIG = "configs/demo_cpu.yaml"
 
 
-def world_size(overrides: list[str]) -> int:
-    out = subprocess.run([sys.executable, "-m", "fedmpi.layout", "--config", CONFIG, *overrides],
-                         capture_output=True, text=True, check=True)
+def world_size(repo: Path, overrides: list[str]) -> int:
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "fedmpi.layout", "--config", str(repo / CONFIG), *overrides],
+                         capture_output=True, text=True, check=True, cwd=repo, env=mpi_env({"PYTHONPATH": str(repo)}))
     return json.loads(out.stdout)["world"]
 
 
-def run(out: Path, name: str, rounds: int, extra: list[str]) -> dict:
+def run(repo: Path, out: Path, name: str, rounds: int, extra: list[str]) -> dict:
     steps = 40  # demo: K=10, so 4 rounds per epoch
     overrides = [f"optim.steps_per_epoch={steps}", f"optim.epochs={max(1, rounds * 10 // steps)}",
                  "optim.milestones=[]", "eval.every=0", f"data.root={out / 'data'}", *extra]
-    args = ["-m", "fedmpi.run", "--config", CONFIG, *overrides, f"log.dir={out}", f"log.name={name}"]
-    proc = mpirun(world_size(overrides), args, timeout=3600)
-    if proc.returncode:
-        raise SystemExit(f"{name} failed:\n{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}")
+    launch = run_fedmpi(repo, world_size(repo, overrides), [*overrides, f"log.dir={out}", f"log.name={name}"],
+                        probe_dir=out / f"{name}-probe")
     with LogReader(out / name / "log.h5") as log:
-        return {"rounds": log.table("rounds"), "fv": log.table("fv")}
+        result = {"rounds": log.table("rounds"), "fv": log.table("fv")}
+    validators = [r for r in launch.probes if r >= world_size(repo, [*overrides, "fv.enabled=false"])]
+    if validators and rounds > 2:
+        start, end = launch.time_of("round 2/"), launch.time_of(f"round {rounds}/")
+        result["validator_cpu"] = [cpu_share(launch.probes[r], start, end) for r in sorted(validators)]
+    return result
 
 
-def describe(label: str, result: dict, baseline: float | None = None) -> float:
+def describe(label: str, result: dict, rounds: int, baseline: float | None = None) -> float:
     times = result["rounds"]["round_time"][1:]
     mean = float(np.mean(times))
-    iterations = len(result["fv"].get("round", ()))
-    line = f"  {label:<34} round time {mean:6.2f} s (median {np.median(times):.2f}, {len(times)} rounds)"
+    line = f"    {label:<32} round time {mean:6.2f} s (median {np.median(times):.2f}, {len(times)} rounds)"
     if baseline is not None:
-        line += f"  overhead {100 * (mean - baseline) / baseline:+6.1f} %  FV iterations completed {iterations}"
+        line += f"  overhead {100 * (mean - baseline) / baseline:+6.1f} %"
     print(line)
+    if baseline is not None:
+        done = np.bincount(np.asarray(result["fv"].get("round", []), dtype=int), minlength=rounds)
+        print(f"      FV iterations completed: {int(done.sum())} in all; per round {' '.join(map(str, done))}")
+    if "validator_cpu" in result:
+        shares = " ".join(f"{100 * s:.1f} %" for s in result["validator_cpu"])
+        print(f"      validator CPU (process CPU / wall, rounds 3..{rounds}): {shares} of a core")
     return mean
+
+
+def bench(repo: Path, out: Path, rounds: int, validators: int, hosted: bool) -> None:
+    tag = f"{rounds}r"
+    dedicated = ["fv.enabled=true", "fv.placement=dedicated", f"fv.validators={validators}"]
+    off = run(repo, out, f"off-{tag}", rounds, ["fv.enabled=false"])
+    on = run(repo, out, f"dedicated{validators}-{tag}", rounds, [*dedicated, "fv.iterations_per_round=0"])
+    idle = run(repo, out, f"idle{validators}-{tag}", rounds, [*dedicated, "fv.iterations_per_round=1",
+                                                              "data.val_pairs_per_fold=2"])
+    base = describe("FV off", off, rounds)
+    describe(f"FV on, {validators} dedicated validators", on, rounds, base)
+    describe(f"FV idle, {validators} dedicated validators", idle, rounds, base)
+    if hosted:
+        describe("FV on, sets hosted on the server", run(repo, out, f"hosted-{tag}", rounds,
+                                                          ["fv.enabled=true", "fv.placement=server",
+                                                           "fv.iterations_per_round=0"]), rounds, base)
 
 
 def main() -> int:
@@ -59,22 +91,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8, help="rounds per run (multiple of 4)")
     parser.add_argument("--validators", type=int, default=2, help="dedicated validator ranks")
     parser.add_argument("--hosted", action="store_true", help="also time FV with the sets hosted on the server")
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout to compare with (before)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_fv"))
     args = parser.parse_args()
-    if args.rounds % 4:
+    if args.rounds % 4 or args.rounds < 4:
         raise SystemExit("--rounds must be a multiple of 4 (the demo has 4 rounds per epoch)")
-    tag = f"{args.rounds}r"
-    off = run(args.out, f"off-{tag}", args.rounds, ["fv.enabled=false"])
-    dedicated = run(args.out, f"dedicated{args.validators}-{tag}", args.rounds,
-                    ["fv.enabled=true", "fv.placement=dedicated", f"fv.validators={args.validators}",
-                     "fv.iterations_per_round=0"])
-    print(f"CPU demo ({CONFIG}), {args.rounds} rounds of K=10, PFM; FV: T=3, 5 sets, adaptive iterations")
-    base = describe("FV off", off)
-    describe(f"FV on, {args.validators} dedicated validators", dedicated, base)
-    if args.hosted:
-        hosted = run(args.out, f"hosted-{tag}", args.rounds,
-                     ["fv.enabled=true", "fv.placement=server", "fv.iterations_per_round=0"])
-        describe("FV on, sets hosted on the server", hosted, base)
+    print(f"CPU demo ({CONFIG}), {args.rounds} rounds of K=10, PFM; FV: T=3, 5 sets; {os.cpu_count()} cores")
+    repos = {"after": ROOT} if args.baseline is None else {"after": ROOT, "before": args.baseline.resolve()}
+    for label, repo in repos.items():
+        print(f"  {label} ({repo}), load at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}:")
+        bench(repo, args.out / label, args.rounds, args.validators, args.hosted)
     return 0
 
 

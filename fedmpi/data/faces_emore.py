@@ -90,7 +90,8 @@ def read_layout(reader: RecordReader) -> RecLayout:
         ranges[k] = (start, stop)
         ids[k] = h.id2
     counts = ranges[:, 1] - ranges[:, 0]
-    image_keys = np.concatenate([np.arange(s, e) for s, e in ranges]) if len(ranges) else np.zeros(0, np.int64)
+    # every identity's keys start..stop-1, laid end to end (one arange, not one per identity)
+    image_keys = np.arange(counts.sum()) + np.repeat(ranges[:, 0] - (np.cumsum(counts) - counts), counts)
     labels = np.repeat(np.arange(len(ranges)), counts)
     return RecLayout(image_keys.astype(np.int64), labels.astype(np.int64), ranges, ids, True)
 

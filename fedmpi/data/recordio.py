@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -116,7 +117,22 @@ def unpack_ir(record: bytes, path, key) -> tuple[IRHeader, memoryview]:
 
 
 def read_index(idx_path) -> tuple[np.ndarray, np.ndarray]:
-    """(keys int64, offsets int64) in file order from a `.idx` file."""
+    """(keys int64, offsets int64) in file order from a `.idx` file: numpy's C parser for a well-formed file
+    (0.6 s for MS1M's 5.9 M lines instead of 4 s), a line-by-line parse to name the first bad line otherwise."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an empty file: no data
+            table = np.loadtxt(idx_path, dtype=np.int64, delimiter="\t", comments=None, ndmin=2)
+    except ValueError:
+        return _read_index_lines(idx_path)
+    if table.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if table.shape[1] != 2 or (table[:, 1] < 0).any():
+        return _read_index_lines(idx_path)  # names the bad line, or reads the first two fields of each
+    return np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1])
+
+
+def _read_index_lines(idx_path) -> tuple[np.ndarray, np.ndarray]:
     keys, offsets = [], []
     with open(idx_path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -192,13 +208,21 @@ class RecordReader:
             ends[order[-1]] = self.file_size
         # A record may continue past the next indexed offset only if the index skips records; read to EOF then.
         ends[ends <= offsets] = self.file_size
-        self._where = dict(zip(keys.tolist(), zip(offsets.tolist(), (ends - offsets).tolist())))
+        # lookups by key: a binary search over the keys in order (numpy arrays, not a dict of 6 M tuples,
+        # over 1 GB per rank for MS1M); equal keys resolve to the last one in the file
+        by_key = np.argsort(keys, kind="stable")
+        self._sorted_keys, self._offsets, self._spans = keys[by_key], offsets[by_key], (ends - offsets)[by_key]
         self.keys = keys
         self._fd = self._pid = None
         self._buf = bytearray()
 
+    def _find(self, key: int) -> int:
+        """Position of `key` in the key-sorted arrays, -1 if absent."""
+        i = int(np.searchsorted(self._sorted_keys, key, side="right")) - 1
+        return i if i >= 0 and self._sorted_keys[i] == key else -1
+
     def __contains__(self, key) -> bool:
-        return int(key) in self._where
+        return self._find(int(key)) >= 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -210,16 +234,20 @@ class RecordReader:
             self._buf = bytearray()
         return self._fd
 
-    def read_view(self, key) -> memoryview:
-        """The joined payload of record `key`, valid until this reader's next read."""
-        try:
-            offset, span = self._where[int(key)]
-        except KeyError:
+    def location(self, key) -> tuple[int, int]:
+        """(byte offset, byte length) of record `key` in the .rec file."""
+        i = self._find(int(key))
+        if i < 0:
             if int(key) in self._past_end:
                 raise DataError(self.rec_path, f"index offset {self._past_end[int(key)]} (from {self.idx_path.name}) "
                                                f"is past the end of the file ({self.file_size} bytes): the .rec is "
-                                               "truncated", key) from None
-            raise DataError(self.rec_path, f"no such key in {self.idx_path.name}", key) from None
+                                               "truncated", key)
+            raise DataError(self.rec_path, f"no such key in {self.idx_path.name}", key)
+        return int(self._offsets[i]), int(self._spans[i])
+
+    def read_view(self, key) -> memoryview:
+        """The joined payload of record `key`, valid until this reader's next read."""
+        offset, span = self.location(key)
         fd = self._file()
         if len(self._buf) < span:
             self._buf = bytearray(max(span, 2 * len(self._buf)))
