@@ -115,9 +115,19 @@ class FVConfig:
 
 
 @dataclass
+class BenchmarkSets:
+    """Large-scale benchmarks evaluated with the pair sets (fedmpi.roles.benchmarks): a release root, or
+    'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
+    ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
+    ijbc: str = ""                   # IJB-C root
+    megaface: str = ""               # MegaFace test pack root (facescrub_lst, megaface_lst, ...)
+
+
+@dataclass
 class EvalConfig:
     every: int = 0                   # evaluate the global model every N rounds (0: only at the end)
     batch_size: int = 128
+    sets: BenchmarkSets = field(default_factory=BenchmarkSets)
 
 
 @dataclass

@@ -35,7 +35,11 @@ METHOD_COLORS = {"Solo": "#7f7f7f", "Centralized": "#000000", "FedAvg": "#1f77b4
                  "FedAvg+FV moving-norm": "#aec7e8", "FedAvgM+FV moving-norm": "#f7b6d2",
                  "PFM+FV moving-norm": "#ff9896"}
 METRIC_NAMES = {"accuracy": "verification accuracy", "accuracy_std": "accuracy std over folds",
-                "tar_far_1e-3": "TAR @ FAR=1e-3", "tar_far_1e-2": "TAR @ FAR=1e-2"}
+                "tar_far_1e-3": "TAR @ FAR=1e-3", "tar_far_1e-2": "TAR @ FAR=1e-2",
+                "headline": "result (accuracy; IJB-B TAR@FAR=1e-4, IJB-C TAR@FAR=1e-5, MegaFace rank-1)",
+                **{f"tar_far_1e-{k}": f"TAR @ FAR=1e-{k}" for k in (1, 4, 5, 6)},
+                "rank1": "rank-1 identification (largest gallery)",
+                **{f"rank1_1e{k}": f"rank-1 identification, 1e{k} distractors" for k in range(1, 7)}}
 K_FREE = ("solo", "centralized")     # algorithms whose runs K (local steps per round) does not change
 CENTRALIZED_PARTY = "centralized"    # the single party name a centralized run logs
 UNION_ROW = "union\u2020"

@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from fedmpi.fv import FVSearch, candidate_backbone
 from fedmpi.roles.context import Context
+from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.evaluation import Evaluation
 from fedmpi.roles.validator import SCORE, ValidatorPool, nap
 from fedmpi.topology import SERVER
@@ -102,7 +103,7 @@ class ServerValidation:
         cfg = ctx.cfg
         self.ctx, self.parties, self.stream = ctx, parties, stream
         self.pool = ValidatorPool.build(ctx)
-        self.evaluation = Evaluation(cfg, self.pool, log, stream)
+        self.evaluation = Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
         self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())
                    if cfg.fv.enabled else None)
 

@@ -12,6 +12,7 @@ from fedmpi.config import to_yaml
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
 from fedmpi.roles.exchange import broadcast_global, weighted_average
+from fedmpi.roles.benchmarks import log_columns as benchmark_columns
 from fedmpi.roles.federated_validation import ServerValidation
 from fedmpi.roles.progress import Progress
 from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, copy_into, read_part,
@@ -35,7 +36,7 @@ class Server:
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
                           run_name=run_dir.name, parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets), fv_candidates=cfg.fv.T if cfg.fv.enabled else 0,
-                          resume_round=resume_round)
+                          resume_round=resume_round, eval_columns=benchmark_columns(cfg))
         self.validation = ServerValidation(ctx, self.log, self.parties, self.w)  # FV + evaluation
         self.progress = Progress(cfg.rounds, self.parties)
         self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
