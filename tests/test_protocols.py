@@ -157,3 +157,20 @@ def test_unreadable_image_names_its_file(tmp_path):
     protocol = IJBProtocol(root, "ijbc", 16)
     with pytest.raises(DataError, match=rf"^{root}/loose_crop/1.jpg: cannot decode image"):
         protocol.evaluate(iresnet("ir18", 8, 16, 0.125))
+
+
+def test_relative_draws_each_benchmark_by_its_paper_metric():
+    from tools.analysis_common import Run
+    from tools.relative import relative_results
+
+    def run(algorithm, values):
+        cfg = {"model": {"backbone": "ir18", "head": "arcface"}, "fed": {"K": 100}, "parties": [{}, {}, {}]}
+        columns = {"lfw/accuracy": values[0], "lfw/tar_far_1e-2": 0.5, "ijbc/tar_far_1e-5": values[1],
+                   "ijbc/tar_far_1e-4": 0.5, "megaface/rank1": values[2], "megaface/tar_far_1e-6": 0.5}
+        return Run(path=f"{algorithm}.h5", algorithm=algorithm, parties=["a", "b", "c"],
+                   val_sets=["lfw", "ijbc", "megaface"], config=cfg, rounds={}, fv={},
+                   eval={k: np.array([0.0, v]) for k, v in columns.items()})
+
+    (entry,) = relative_results([run("centralized", [0.9, 0.6, 0.7]), run("pfm", [0.95, 0.5, 0.8])])
+    assert entry["sets"] == ["lfw", "ijbc", "megaface"] and entry["method"] == "PFM"
+    np.testing.assert_allclose(entry["values"], [5.0, -10.0, 10.0])
