@@ -174,3 +174,32 @@ def test_relative_draws_each_benchmark_by_its_paper_metric():
     (entry,) = relative_results([run("centralized", [0.9, 0.6, 0.7]), run("pfm", [0.95, 0.5, 0.8])])
     assert entry["sets"] == ["lfw", "ijbc", "megaface"] and entry["method"] == "PFM"
     np.testing.assert_allclose(entry["values"], [5.0, -10.0, 10.0])
+
+
+def test_bad_megaface_lists_name_file_and_line(tmp_path):
+    from fedmpi.protocols.megaface import MegaFaceProtocol
+
+    (tmp_path / "facescrub_lst").write_text("A/A_1.jpg\nA/A_2.jpg\n")
+    with pytest.raises(DataError) as info:
+        MegaFaceProtocol(tmp_path, 16)
+    assert str(info.value) == f"{tmp_path}/megaface_lst: not found (A/B/FILE (MegaFace distractor))"
+    (tmp_path / "megaface_lst").write_text("0/1/2.jpg\nx.jpg\n")
+    with pytest.raises(DataError) as info:
+        MegaFaceProtocol(tmp_path, 16)
+    assert str(info.value) == (f"{tmp_path}/megaface_lst line 2: 'x.jpg': expected a path ending in A/B/FILE "
+                               "(MegaFace distractor)")
+
+
+def test_integer_table_reader_counts_lines_across_blocks(tmp_path):
+    from fedmpi.protocols.tables import read_int_columns
+
+    path = tmp_path / "pairs.txt"
+    path.write_text("1 2 1\n3 4 0\n\n5 6 1\n7 8\n9 10 0\n")
+    with pytest.raises(DataError, match=rf"^{path} line 5: expected 3 fields \(what\), got 2$"):
+        read_int_columns(path, 3, "what", block_bytes=7)
+    path.write_text("1 2 1\n3 4 0\n\n5 6 1\n7 8 1.5\n")
+    with pytest.raises(DataError, match=rf"^{path} line 5: '1.5' is not an integer$"):
+        read_int_columns(path, 3, "what", block_bytes=7)
+    path.write_text("1 2 1\n3 4 0\n\n5 6 1\n-7 8 1")
+    np.testing.assert_array_equal(read_int_columns(path, 3, "what", block_bytes=7),
+                                  [[1, 2, 1], [3, 4, 0], [5, 6, 1], [-7, 8, 1]])

@@ -1,8 +1,8 @@
 """MegaFace challenge 1 (Kemelmacher-Shlizerman et al. 2016) with FaceScrub probes, in torch, no devkit binary.
 
 Layout (insightface's MegaFace test pack):
-  ROOT/facescrub_lst        one probe image per line, relative to facescrub_images/: IDENTITY/FILE
-  ROOT/megaface_lst         one distractor per line, relative to megaface_images/: A/B/FILE
+  ROOT/facescrub_lst        one probe image per line, relative to facescrub_images/: .../IDENTITY/FILE
+  ROOT/megaface_lst         one distractor per line, relative to megaface_images/: .../A/B/FILE
   ROOT/facescrub_noises.txt insightface's refined list: '#' comments, then FaceScrub file names (FILE) that
                             show another person
   ROOT/megaface_noises.txt  '#' comments, then distractor paths (A/B/FILE; a tab-separated line: the 2nd field)
@@ -34,10 +34,11 @@ METRICS = ("rank1", *(f"rank1_1e{k}" for k in range(1, 7)), far_column(FAR))
 
 
 def read_list(path: Path, depth: int, what: str) -> list[str]:
+    """The lines of a list file; each a relative path ending in `depth` parts (IDENTITY/FILE, A/B/FILE)."""
     names = []
     for number, (name,) in read_rows(path, 1, what):
-        if len(Path(name).parts) != depth:
-            raise LineError(path, number, f"{name!r}: expected a path of {depth} parts ({what})")
+        if len(Path(name).parts) < depth:
+            raise LineError(path, number, f"{name!r}: expected a path ending in {what}")
         names.append(name)
     if not names:
         raise LineError(path, 1, f"empty list ({what})")
@@ -55,8 +56,9 @@ def read_noises(path: Path, column_tab: bool) -> set[str]:
     return noises
 
 
-def _stem(name: str) -> str:
-    return str(Path(name).with_suffix(""))
+def _key(name: str, depth: int) -> str:
+    """The last `depth` parts of a path without the file extension (lists and refined lists are matched on it)."""
+    return str(Path(*Path(name).parts[-depth:]).with_suffix(""))
 
 
 class MegaFaceProtocol:
@@ -65,17 +67,17 @@ class MegaFaceProtocol:
     def __init__(self, root, image_size: int, batch_size: int = 128, device="cpu", workers: int = 0,
                  refined: bool = True, cache_bytes: int = 0, seed: int = 0):
         self.name, self.root = "megaface", Path(root)
-        probes = read_list(self.root / "facescrub_lst", 2, "FaceScrub probe IDENTITY/FILE")
-        distractors = read_list(self.root / "megaface_lst", 3, "MegaFace distractor A/B/FILE")
+        probes = read_list(self.root / "facescrub_lst", 2, "IDENTITY/FILE (FaceScrub probe)")
+        distractors = read_list(self.root / "megaface_lst", 3, "A/B/FILE (MegaFace distractor)")
         self.noisy_probes = np.zeros(len(probes), bool)
         if refined:
-            noise = {_stem(n) for n in read_noises(self.root / "facescrub_noises.txt", False)}
-            self.noisy_probes = np.array([_stem(Path(p).name) in noise for p in probes])
-            noise = {_stem(n) for n in read_noises(self.root / "megaface_noises.txt", True)}
-            distractors = [d for d in distractors if _stem(d) not in noise]
+            noise = {_key(n, 1) for n in read_noises(self.root / "facescrub_noises.txt", False)}
+            self.noisy_probes = np.array([_key(p, 1) in noise for p in probes])
+            noise = {_key(n, 3) for n in read_noises(self.root / "megaface_noises.txt", True)}
+            distractors = [d for d in distractors if _key(d, 3) not in noise]
         order = np.random.default_rng(seed).permutation(len(distractors))
         distractors = [distractors[i] for i in order]
-        self.identities = np.unique([Path(p).parts[0] for p in probes], return_inverse=True)[1].reshape(-1)
+        self.identities = np.unique([Path(p).parts[-2] for p in probes], return_inverse=True)[1].reshape(-1)
         clean = np.bincount(self.identities[~self.noisy_probes], minlength=self.identities.max() + 1)
         self.keep = clean[self.identities] > 0   # a probe whose identity has no clean image cannot be refined
         self.sizes = [n for n in SIZES if n <= len(distractors)]

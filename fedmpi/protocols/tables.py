@@ -2,6 +2,7 @@
 errors that name the file and the line: `PATH line N: what is wrong` (a DataError)."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -45,31 +46,48 @@ def as_number(path, number: int, text: str, kind=int):
         raise LineError(path, number, f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
-def read_int_columns(path: Path, columns: int, what: str, block_lines: int = 1 << 18) -> np.ndarray:
+def read_int_columns(path: Path, columns: int, what: str, block_bytes: int = 1 << 24) -> np.ndarray:
     """int64 [N, columns] from a large file of integer rows (15.6 M lines for IJB-C's pairs), parsed in
     blocks with numpy; on a bad line the block is re-read line by line to name it."""
     require_file(path, what)
     blocks, first_line = [], 1
     with open(path, "rb") as f:
         while True:
-            lines = f.readlines(block_lines * 16)
-            if not lines:
+            block = f.read(block_bytes)
+            if not block:
                 break
-            block = b"".join(lines)
-            tokens = block.split()
-            ok = len(tokens) % columns == 0
-            if ok:
-                counts = np.fromiter((len(line.split()) for line in lines), np.int64, len(lines))
-                ok = bool(np.isin(counts, (0, columns)).all())
-            if ok:
-                try:
-                    blocks.append(np.array(tokens, dtype=np.bytes_).astype(np.int64).reshape(-1, columns))
-                except ValueError:
-                    ok = False
-            if not ok:
-                _locate_bad_line(path, lines, first_line, columns, what)
-            first_line += len(lines)
+            block += f.readline()  # end the block at a line end
+            values = _parse_block(block, columns)
+            if values is None:
+                _locate_bad_line(path, block.splitlines(), first_line, columns, what)
+            blocks.append(values)
+            first_line += block.count(b"\n")
     return np.concatenate(blocks) if blocks else np.zeros((0, columns), np.int64)
+
+
+_WHITESPACE = np.zeros(256, bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
+
+
+def _parse_block(block: bytes, columns: int) -> np.ndarray | None:
+    """[rows, columns] int64, or None when a line has another field count or a field is not an integer."""
+    raw = np.frombuffer(block, np.uint8)
+    space = _WHITESPACE[raw]
+    field_starts = ~space
+    field_starts[1:] &= space[:-1]
+    line_of_field = np.searchsorted(np.flatnonzero(raw == 10), np.flatnonzero(field_starts))
+    per_line = np.bincount(line_of_field)
+    if not np.isin(per_line, (0, columns)).all():
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)   # older numpy warns where it stops parsing
+            values = np.fromstring(block, dtype=np.int64, sep=" ")
+    except ValueError:                                            # newer numpy raises there
+        return None
+    if len(values) != len(line_of_field):
+        return None
+    return values.reshape(-1, columns)
 
 
 def _locate_bad_line(path, lines: list[bytes], first_line: int, columns: int, what: str):
