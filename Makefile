@@ -30,7 +30,7 @@ demo: $(STAMP)
 # The large-scale benchmarks end to end on synthetic IJB-B/IJB-C/MegaFace releases: a short demo run evaluates
 # them in-run (eval.sets), then tools.evaluate scores its final checkpoint, one benchmark per rank.
 EVAL_DEMO := fed.algorithm=fedavg fv.enabled=false optim.epochs=2 optim.milestones=[] checkpoint.every=8 \
-	log.name=eval-demo eval.sets.ijbb=synthetic eval.sets.ijbc=synthetic eval.sets.megaface=synthetic
+	log.name=eval-demo eval.every=8 eval.sets.ijbb=synthetic eval.sets.ijbc=synthetic eval.sets.megaface=synthetic
 eval-demo: $(STAMP)
 	$(VENV)/bin/mpirun --bind-to none -n 5 $(PY) -m fedmpi.run --config configs/demo_cpu.yaml $(EVAL_DEMO)
 	$(VENV)/bin/mpirun --bind-to none -n 3 $(PY) -m tools.evaluate runs/eval-demo --make-fixtures \

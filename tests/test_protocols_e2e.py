@@ -21,7 +21,7 @@ CONFIG = {
               "head": "cosface"},
     "optim": {"lr": 0.1, "batch_size": 64, "epochs": 1, "steps_per_epoch": 64, "milestones": []},
     "fed": {"algorithm": "fedavg", "K": 8},
-    "eval": {"every": 0, "sets": {"ijbc": "synthetic", "megaface": "synthetic"}},
+    "eval": {"every": 8, "sets": {"ijbc": "synthetic", "megaface": "synthetic"}},
     "checkpoint": {"every": 8},
 }
 
