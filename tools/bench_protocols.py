@@ -35,12 +35,13 @@ def score_ijbc(dim: int = 512) -> dict:
     from fedmpi.protocols.ijb import score_pairs
 
     rng = np.random.default_rng(0)
+    imported = peak_rss_mib()
     features = torch.nn.functional.normalize(torch.from_numpy(
         rng.standard_normal((IJBC_TEMPLATES, dim), dtype=np.float32)), dim=1)
     first = rng.integers(IJBC_TEMPLATES, size=IJBC_PAIRS)
     second = rng.integers(IJBC_TEMPLATES, size=IJBC_PAIRS)
     same = np.zeros(IJBC_PAIRS, bool)
-    same[rng.choice(IJBC_PAIRS, IJBC_GENUINE, replace=False)] = True
+    same[:IJBC_GENUINE] = True                      # which pairs are genuine does not change the cost
     before = peak_rss_mib()
     start = time.perf_counter()
     scores = score_pairs(features, first, second)
@@ -50,7 +51,7 @@ def score_ijbc(dim: int = 512) -> dict:
     tar_at_far(scores, same, PAPER_FARS)
     roc_curve(scores, same)
     summarised = time.perf_counter() - start
-    return {"inputs_mib": before, "peak_scoring_mib": after_scoring, "peak_mib": peak_rss_mib(),
+    return {"imported_mib": imported, "inputs_mib": before, "peak_scoring_mib": after_scoring, "peak_mib": peak_rss_mib(),
             "pairs_per_s": IJBC_PAIRS / scored, "score_s": scored, "tar_roc_s": summarised}
 
 
@@ -101,7 +102,8 @@ def main(argv=None) -> int:
     r = json.loads(out.stdout)
     print(f"IJB-C-sized scoring: {IJBC_TEMPLATES} templates x 512-d, {IJBC_PAIRS} pairs: "
           f"{r['pairs_per_s'] / 1e6:.2f} M pairs/s ({r['score_s']:.1f} s), TAR@FAR + ROC {r['tar_roc_s']:.1f} s")
-    print(f"peak resident memory: {r['inputs_mib']:.0f} MiB with features and pair lists, "
+    print(f"peak resident memory: {r['imported_mib']:.0f} MiB after imports, "
+          f"{r['inputs_mib']:.0f} MiB with features and pair lists, "
           f"{r['peak_scoring_mib']:.0f} MiB after scoring, {r['peak_mib']:.0f} MiB after TAR@FAR and ROC")
     return 0
 

@@ -36,14 +36,16 @@ def pool_templates(features: torch.Tensor, templates, media, template_ids=None) 
     return torch.nn.functional.normalize(template_mean, dim=1)
 
 
-def score_pairs(features: torch.Tensor, first, second, batch_bytes: int = SCORE_BATCH_BYTES) -> np.ndarray:
-    """Cosine of rows first[i], second[i] of L2-normalised features; at most `batch_bytes` gathered at once."""
-    first, second = torch.as_tensor(np.asarray(first)), torch.as_tensor(np.asarray(second))
-    batch = max(1, batch_bytes // (2 * features.shape[1] * features.element_size()))
+def score_pairs(features, first, second, batch_bytes: int = SCORE_BATCH_BYTES) -> np.ndarray:
+    """Cosine of rows first[i], second[i] of L2-normalised features; at most `batch_bytes` gathered at once.
+    (numpy's take + einsum: several times faster than torch's indexing on CPU, tools/bench_protocols.py.)"""
+    features = features.numpy() if isinstance(features, torch.Tensor) else np.asarray(features)
+    first, second = np.asarray(first), np.asarray(second)
+    batch = max(1, batch_bytes // (2 * features.shape[1] * features.itemsize))
     scores = np.empty(len(first), np.float32)
     for start in range(0, len(first), batch):
-        a, b = first[start:start + batch], second[start:start + batch]
-        scores[start:start + batch] = (features[a] * features[b]).sum(dim=1).numpy()
+        a, b = features[first[start:start + batch]], features[second[start:start + batch]]
+        scores[start:start + batch] = np.einsum("ij,ij->i", a, b)
     return scores
 
 
