@@ -57,9 +57,10 @@ class Benchmarks:
         check_roots(cfg)
         from fedmpi.roles.context import build_backbone
 
+        options = dict(batch_size=cfg.eval.batch_size, device=device, workers=cfg.data.workers,
+                       cache_bytes=CACHE_BYTES)
         protocols = [build_protocol(name, synthetic_root(cfg, name) if root == SYNTHETIC else Path(root),
-                                    cfg.data.image_size, batch_size=cfg.eval.batch_size, device=device,
-                                    cache_bytes=CACHE_BYTES) for name, root in sets.items()]
+                                    cfg.data.image_size, **options) for name, root in sets.items()]
         return cls(protocols, build_backbone(cfg, device, dtype))
 
     @property
