@@ -10,6 +10,7 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
+from typing import Callable
 
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.roles import signals
@@ -39,25 +40,59 @@ def fail(message: str, rank: int) -> int:
     return USAGE_ERROR
 
 
-def choose_run_dir(cfg, mpi, resume: str | None = None) -> Path:
+def on_root(mpi, decide: Callable[[], object]):
+    """decide() on rank 0 only; every rank gets its result, or the same one-line error. Whatever rank 0 meets
+    (a folder it cannot create, an unreadable file) is told to the others, never left for them to wait on."""
     if mpi.Get_rank() == SERVER:
-        name = cfg.log.name or f"{cfg.fed.algorithm}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-        run_dir = Path(cfg.log.dir) / name
-        problem = None
-        if resume is not None and not cfg.log.name:
-            problem = "--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)"
-        elif resume is None and (run_dir / "log.h5").exists():
-            problem = (f"log.name: {run_dir / 'log.h5'} already exists; choose another log.name, or continue "
-                       f"that run with --resume auto (nothing was overwritten)")
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        decision = (str(run_dir), problem)
+        try:
+            decision = (decide(), None)
+        except ConfigError as exc:
+            decision = (None, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the other ranks are waiting in the broadcast below
+            decision = (None, f"{type(exc).__name__}: {exc}")
     else:
         decision = None
-    run_dir, problem = mpi.bcast(decision, root=SERVER)
+    value, problem = mpi.bcast(decision, root=SERVER)
     if problem:
         raise ConfigError(problem)
-    return Path(run_dir)
+    return value
+
+
+def choose_run_dir(cfg, resume: str | None = None) -> tuple[Path, bool]:
+    """The run folder (rank 0) and whether this launch created it."""
+    name = cfg.log.name or f"{cfg.fed.algorithm}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.log.dir) / name
+    if resume is not None and not cfg.log.name:
+        raise ConfigError("--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)")
+    if resume is None and (run_dir / "log.h5").exists():
+        raise ConfigError(f"log.name: {run_dir / 'log.h5'} already exists; choose another log.name, or continue "
+                          f"that run with --resume auto (nothing was overwritten)")
+    existed = run_dir.is_dir()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"log.dir: cannot create the run folder {run_dir} ({exc.strerror or exc})") from None
+    return run_dir, not existed
+
+
+def undo_failed_start(run_dir: Path, created: bool) -> None:
+    """On rank 0 when the launch fails before its first round is logged: remove the log it began and the run
+    folder it created (if nothing else is in it), so the name can be used again."""
+    from fedmpi.store.h5log import starting_name
+
+    starting_name(run_dir / "log.h5").unlink(missing_ok=True)
+    if created:
+        try:
+            run_dir.rmdir()
+        except OSError:
+            pass  # something else is in it: leave it
+
+
+def abort_launch(mpi, exc: BaseException) -> None:
+    """An unexpected failure before the guard: say it in one line and end every rank."""
+    sys.stderr.write(f"rank {mpi.Get_rank()} (launch): {type(exc).__name__}: {exc}\n")
+    sys.stderr.flush()
+    mpi.Abort(1)
 
 
 def prepare_data(cfg, layout) -> dict:
@@ -88,11 +123,13 @@ def main(argv=None) -> int:
             return 0
         layout = build_layout(cfg)
         check_world_size(layout, mpi.Get_size())
-        run_dir = choose_run_dir(cfg, mpi, args.resume)
-        from fedmpi.store.checkpoint import configure_determinism, plan_resume
-        resume = plan_resume(args.resume, cfg, layout, run_dir, mpi)
+        run_dir, created = on_root(mpi, lambda: choose_run_dir(cfg, args.resume))
+        from fedmpi.store.checkpoint import configure_determinism, find_resume_point
+        resume = on_root(mpi, lambda: find_resume_point(args.resume, cfg, layout, run_dir))
     except ConfigError as exc:
         return fail(str(exc), rank)
+    except Exception as exc:  # noqa: BLE001 - no rank may be left waiting for one that failed here
+        abort_launch(mpi, exc)
 
     role = layout.role(rank).split(":")[0]
 
@@ -117,7 +154,8 @@ def main(argv=None) -> int:
 
     from fedmpi import comm
 
-    code = comm.run_guarded(layout.role(rank), work)
+    cleanup = (lambda: undo_failed_start(run_dir, created)) if rank == SERVER else None
+    code = comm.run_guarded(layout.role(rank), work, on_failure=cleanup)
     comm.shutdown()
     return code
 

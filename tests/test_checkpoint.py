@@ -314,3 +314,73 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_a_path_is_checked(tmp
     point = ck.find_resume_point(str(tmp_path / "ckpt" / "round_000003"), cfg, layout, tmp_path)
     assert (point.folder.name, point.round, point.step) == ("round_000003", 3, 6)
     assert ck.find_resume_point("auto", cfg, layout, tmp_path) == point
+
+
+# ---------------------------------------------------------------- lineage: rewinds, restarts, the earlier log
+
+
+def small_run(rounds=6, *extra):
+    from fedmpi.config import load_config
+    from fedmpi.topology import build_layout
+
+    cfg = load_config(None, ["parties=[{name: a, ranks: 1}]", "fed.K=2", f"optim.steps_per_epoch={2 * rounds}",
+                             "optim.epochs=1", "optim.milestones=[]", *extra])
+    return cfg, build_layout(cfg)
+
+
+def log_with_rounds(path, n):
+    log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"])
+    for r in range(n):
+        log.append("rounds", round=r, step=2 * (r + 1), lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0,
+                   bytes_moved=1, loss=[float(r)], party_images_per_s=[1.0])
+    log.close()
+
+
+def test_a_rewind_sets_the_abandoned_future_aside_and_auto_then_continues_the_new_history(tmp_path, capsys):
+    cfg, layout = small_run(20, "checkpoint.every=2", "checkpoint.keep=3")
+    first = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
+    for r in (2, 18, 20):
+        first.save(r, {ck.SERVER_PART: {"theta": torch.full((3,), float(r))}})
+    log_with_rounds(tmp_path / "log.h5", 20)
+    cfg, layout = small_run(20, "checkpoint.every=2", "checkpoint.keep=1")   # the rewind keeps fewer
+    saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
+    point = ck.find_resume_point(str(tmp_path / "ckpt" / "round_000002"), cfg, layout, tmp_path)
+    assert point.round == 2
+    aside = tmp_path / "ckpt" / "abandoned-1"
+    assert sorted(p.name for p in aside.iterdir()) == ["round_000018", "round_000020"]
+    assert "moved to" in capsys.readouterr().err
+    with LogReader(tmp_path / "log.abandoned-1.h5") as log:            # the abandoned rounds stay readable
+        assert len(log.table("rounds")["round"]) == 20
+    folder = saver.save(4, {ck.SERVER_PART: {"theta": torch.zeros(3)}})  # keep=1 on the rewound run
+    assert folder.is_dir() and [r for r, _ in ck.list_checkpoints(tmp_path / "ckpt")] == [4]
+    assert ck.find_resume_point("auto", cfg, layout, tmp_path).folder == folder
+
+
+def test_resume_auto_without_a_checkpoint_keeps_the_earlier_log_and_refuses_after_a_finished_run(tmp_path, capsys):
+    cfg, layout = small_run(6)
+    log_with_rounds(tmp_path / "log.h5", 4)
+    assert ck.find_resume_point("auto", cfg, layout, tmp_path) is None
+    assert not (tmp_path / "log.h5").exists()
+    with LogReader(tmp_path / "log.attempt-1.h5") as log:
+        assert list(log.table("rounds")["round"]) == [0, 1, 2, 3]
+    assert "the earlier attempt's log (4 rounds) kept as" in capsys.readouterr().err
+
+    log_with_rounds(tmp_path / "log.h5", 6)
+    before = (tmp_path / "log.h5").read_bytes()
+    with pytest.raises(ck.ResumeError, match=r"--resume auto: no complete checkpoint in .*, and .*log\.h5 holds "
+                                             r"the finished run \(6/6 rounds\); nothing to resume"):
+        ck.find_resume_point("auto", cfg, layout, tmp_path)
+    assert (tmp_path / "log.h5").read_bytes() == before
+
+
+def test_a_new_log_takes_its_name_at_its_first_row(tmp_path):
+    path = tmp_path / "log.h5"
+    log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"])
+    assert not path.exists()                          # a start that fails here leaves no log.h5
+    log_rows = dict(round=0, step=2, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0, bytes_moved=1,
+                    loss=[0.5], party_images_per_s=[1.0])
+    log.append("rounds", **log_rows)
+    assert path.exists() and not list(tmp_path.glob(".*"))
+    log.close()
+    with LogReader(path) as reader:
+        assert list(reader.table("rounds")["loss"][:, 0]) == [0.5]

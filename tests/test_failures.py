@@ -3,7 +3,10 @@ stops it with a message naming the party and the round, and bad inputs across co
 with a one-line error and a non-zero exit, leaving existing checkpoints and logs as they were."""
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -70,6 +73,14 @@ def _corrupt_rec(base):
     return folder
 
 
+def _latin1_config(run):
+    (run.base / "latin1.yaml").write_bytes("run:\n  seed: 1  # caf\u00e9\n".encode("latin-1"))
+
+
+def _file_in_the_way(run):
+    (run.base / "a-file").write_text("not a folder")
+
+
 def _truncate_part(run):
     part = run.ckpt / "round_000006" / "party-a-1.h5"
     with open(part, "r+b") as f:
@@ -108,6 +119,14 @@ BAD_INPUTS = {
     "missing config file": Bad(1, ("--config", "{base}/nowhere.yaml"),
                                r"error: --config: no such file .*nowhere\.yaml"),
     "config not YAML": Bad(1, ("--config", "{base}/bad.yaml"), r"error: .*bad\.yaml: not valid YAML .*"),
+    "config not UTF-8": Bad(WORLD, ("--config", "{base}/latin1.yaml"),
+                            r"error: .*latin1\.yaml: not UTF-8 text \(byte 0xe9 at offset \d+\); save the file as "
+                            r"UTF-8", prepare=_latin1_config),
+    "log.dir under a file": Bad(WORLD, ("log.dir={base}/a-file/runs",),
+                                r"error: log\.dir: cannot create the run folder .*a-file/runs/victim \(Not a "
+                                r"directory\)", prepare=_file_in_the_way),
+    "log.dir in /proc": Bad(WORLD, ("log.dir=/proc/fedmpi-runs",),
+                            r"error: log\.dir: cannot create the run folder /proc/fedmpi-runs/victim \(.*\)"),
     "keep no checkpoint": Bad(1, ("checkpoint.keep=0",), r"error: checkpoint\.keep: must be >= 1, got 0"),
     "collective timeout of 0": Bad(1, ("run.collective_timeout_s=0",),
                                    r"error: run\.collective_timeout_s: must be >= 10 s .*got 0\.0"),
@@ -138,6 +157,10 @@ BAD_INPUTS = {
     "--resume past the last round": Bad(WORLD, ("optim.steps_per_epoch=4", "--resume", "auto"),
                                         r"error: --resume: .*round_000006 is after round 6, but this config has "
                                         r"only 2 rounds"),
+    "--resume auto after a finished run without checkpoints": Bad(
+        WORLD, ("--resume", "auto"), r"error: --resume auto: no complete checkpoint in .*, and .*log\.h5 holds the "
+                                     r"finished run \(6/6 rounds\); nothing to resume, the log was left as it is .*",
+        lambda run: shutil.rmtree(run.ckpt), own_copy=True),
     "--resume from a truncated part": Bad(WORLD, ("--resume", "{target}"),
                                           r"error: .*round_000006: part party-a-1\.h5 has \d+ bytes, the manifest "
                                           r"says \d+ \(truncated or rewritten\)", _truncate_part, own_copy=True),
@@ -175,3 +198,31 @@ def test_bad_input_ends_with_a_one_line_error_and_changes_nothing(case, victim, 
     assert len({line.partition(": ")[2] for line in ours}) == 1, ours   # one error, however many ranks say it
     assert "Traceback" not in result.stderr
     assert snapshot(run.folder) == before
+
+
+# ---------------------------------------------------------------- a start that fails leaves nothing behind
+
+
+def _refused_pickle(base):
+    folder = base / "crafted-bins"
+    folder.mkdir(exist_ok=True)
+    (folder / "lfw.bin").write_bytes(pickle.dumps(os.getcwd))   # a global no pair set holds
+    return folder
+
+
+FAILED_STARTS = {  # before the server opens its log, and after
+    "missing .bin folder": (lambda base: base / "no-bins", r"rank 0 \(server\): FileNotFoundError: data\.val_kind=bin: "
+                                                          r"validation set not found: .*no-bins/lfw\.bin"),
+    "refused pickle": (_refused_pickle, r"rank 0 \(server\): DataError: .*lfw\.bin: refused pickle global "
+                                        r"posix\.getcwd.*"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILED_STARTS))
+def test_a_failed_start_removes_the_run_folder_it_created(case, reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "fails")
+    folder, error = FAILED_STARTS[case]
+    result = run.launch("data.val_kind=bin", f"data.val_path={folder(run.base)}", timeout=BAD_INPUT_TIMEOUT_S * 2)
+    assert result.returncode != 0
+    assert re.fullmatch(error, error_lines(result.stderr)[0]), result.stderr
+    assert not run.folder.exists(), sorted(run.folder.rglob("*"))

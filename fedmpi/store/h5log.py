@@ -11,11 +11,13 @@ Layout (schema version 1):
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
                    of the pair sets, then the large-scale benchmarks, whose metrics are their own)
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
+A new log is written under a hidden name (`starting_name`) and takes its name at its first row.
 """
 from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import h5py
@@ -50,14 +52,19 @@ class RunLog:
         if resume_round is not None and self.path.exists():
             self.f = h5py.File(self.path, "r+", libver="latest")
             self._truncate(resume_round)
-        else:
-            tmp = self.path.with_suffix(".h5.tmp")
-            with h5py.File(tmp, "w", libver="latest") as f:
+            self._unpublished = None
+        else:  # under a hidden name until its first row: a start that fails leaves no log to block the name
+            self._unpublished = starting_name(self.path)
+            with h5py.File(self._unpublished, "w", libver="latest") as f:
                 self._create(f, config_yaml, algorithm, run_name, parties, val_sets, fv_candidates, data or {},
                              eval_columns or {})
-            tmp.replace(self.path)
-            self.f = h5py.File(self.path, "r+", libver="latest")
+            self.f = h5py.File(self._unpublished, "r+", libver="latest")
         self.f.swmr_mode = True
+
+    def _publish(self) -> None:
+        if self._unpublished is not None:
+            os.replace(self._unpublished, self.path)  # the open file follows its new name
+            self._unpublished = None
 
     @staticmethod
     def _create(f, config_yaml, algorithm, run_name, parties, val_sets, T, data, eval_columns):
@@ -97,6 +104,7 @@ class RunLog:
                 ds.resize(keep, axis=0)
 
     def append(self, table: str, **row) -> None:
+        self._publish()
         g = self.f[table]
         names = [name for name in _names(g)]
         missing = set(names) - set(row)
@@ -113,8 +121,14 @@ class RunLog:
 
     def close(self) -> None:
         if self.f:
+            self._publish()
             self.f.close()
             self.f = None
+
+
+def starting_name(path: Path) -> Path:
+    """Where a new log lives until its first row (`RunLog`); what a failed start leaves, if anything."""
+    return path.with_name(f".{path.name}.starting")
 
 
 def _names(group: h5py.Group, prefix: str = "") -> list[str]:

@@ -1,0 +1,117 @@
+"""Resume planning: which checkpoint `--resume` continues from, whether this run may continue it, and what
+happens to the run log and to checkpoints of an abandoned history (lineage).
+
+Choosing and checking a checkpoint does not load it (no torch), so that a refused launch ends at once."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+
+from fedmpi.store.manifest import ResumeError, check_complete, latest_complete, resolve_checkpoint
+
+
+def checkpoint_dir(cfg, run_dir: Path) -> Path:
+    return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(run_dir) / "ckpt"
+
+
+SIGNATURE_LABELS = {"topology": "topology", "algorithm": "fed.algorithm", "K": "fed.K", "model": "model",
+                    "classifier": "model.classifier"}
+
+
+def run_signature(cfg, layout) -> dict:
+    """What a checkpoint's state depends on; a resume with any of these changed is refused. (Validators hold
+    no state: their number may change.)"""
+    m = cfg.model
+    algorithm = cfg.fed.algorithm + (f" ({cfg.fed.solo_party})" if cfg.fed.algorithm == "solo" else "")
+    topology = " + ".join(["1 server", *(f"{p.name} {len(p.ranks)}" for p in layout.parties)])
+    return {"topology": topology, "algorithm": algorithm, "K": cfg.fed.K,
+            "model": f"{m.backbone} width {m.width} embedding {m.embedding_size} input {cfg.data.image_size} "
+                     f"{cfg.run.dtype}",
+            "classifier": m.classifier}
+
+
+def check_compatible(folder: Path, manifest: dict, cfg, layout) -> None:
+    saved = manifest.get("signature", {})
+    for key, current in run_signature(cfg, layout).items():
+        if saved.get(key) != current:
+            label = SIGNATURE_LABELS[key]
+            raise ResumeError(f"--resume: {folder} was written by a run with {label} {saved.get(key)!r}, this "
+                              f"run has {label} {current!r}; a run resumes only with the same {label}")
+
+
+# ---------------------------------------------------------------- the run log after a crash
+
+
+def release_log(path: Path) -> None:
+    """A server killed with the log open leaves HDF5's 'file is open for writing' mark in it, which refuses
+    any later writer; such a log is copied (it reads fine in SWMR mode) into a clean file of the same content."""
+    path = Path(path)
+    if not path.exists():
+        return
+    try:
+        h5py.File(path, "r+", libver="latest").close()
+        return
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".release")
+    with h5py.File(path, "r", libver="latest", swmr=True) as src, h5py.File(tmp, "w", libver="latest") as dst:
+        dst.attrs.update(src.attrs)
+        for key in src:
+            src.copy(src[key], dst, name=key)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- resume: where from
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    folder: Path
+    round: int        # rounds completed: the run continues at this round index
+    step: int         # local steps completed: the data stream continues here
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def find_resume_point(resume: str | None, cfg, layout, run_dir: Path) -> ResumePoint | None:
+    """`--resume auto` (newest complete checkpoint of this run's lineage; none: start fresh) or `--resume PATH`,
+    checked against this run's config. Then the run's history is made consistent with where it continues:
+    checkpoints after that point are moved aside (`lineage.set_aside_future`), an earlier log that cannot be
+    continued is kept under another name, a log left open by a killed server is made writable again."""
+    from fedmpi.store import lineage
+
+    directory = checkpoint_dir(cfg, run_dir)
+    log = Path(run_dir) / "log.h5"
+    if resume is None:
+        lineage.set_aside_future(directory, 0, _say)
+        return None
+    if resume == "auto":
+        folder = latest_complete(directory, _say)
+        if folder is None:
+            reason = f"--resume auto: no complete checkpoint in {directory}"
+            if log.exists():
+                lineage.keep_earlier_log(log, cfg.rounds, reason, _say)
+            else:
+                _say(f"{reason}; starting from round 1")
+            return None
+    elif not resume.strip():
+        raise ResumeError("--resume: give auto or a checkpoint folder (e.g. runs/NAME/ckpt/round_000012)")
+    else:
+        folder = resolve_checkpoint(Path(resume), _say)
+    manifest = check_complete(folder)
+    check_compatible(folder, manifest, cfg, layout)
+    if manifest["round"] > cfg.rounds:
+        raise ResumeError(f"--resume: {folder} is after round {manifest['round']}, but this config has only "
+                          f"{cfg.rounds} rounds")
+    rounds_done = int(manifest["round"])
+    abandoned = lineage.set_aside_future(directory, rounds_done, _say)
+    if abandoned is not None:
+        lineage.keep_log_copy(log, abandoned, _say)
+    release_log(log)
+    return ResumePoint(folder, rounds_done, int(manifest["step"]))
