@@ -135,7 +135,8 @@ def test_bad_ijb_meta_files_name_file_and_line(tmp_path):
     assert len(read_ijb_meta(write_release(tmp_path / "ok"), "ijbc").same) == 2
     root = write_release(tmp_path / "a")
     (root / "meta" / "ijbc_template_pair_label.txt").unlink()
-    assert one_line_error(root) == f"{root}/meta/ijbc_template_pair_label.txt: not found (IJB meta file: template pairs)"
+    assert one_line_error(root) == (f"{root}/meta/ijbc_template_pair_label.txt: not found "
+                                    "(IJB meta file: template pairs)")
     root = write_release(tmp_path / "b", pairs="1 2 0\n\n2 7 1\n")
     assert one_line_error(root) == (f"{root}/meta/ijbc_template_pair_label.txt line 3: template 7 is not in the "
                                     "face_tid_mid file")

@@ -37,12 +37,13 @@ def trained_run(tmp_path_factory):
         table = {k: f["eval"][k][:] for k in ("ijbc/tar_far_1e-2", "ijbc/tar_far_1e-5", "megaface/rank1",
                                                "megaface/rank1_1e3", "megaface/rank1_1e4", "megaface/tar_far_1e-6")}
         sets = f["eval"].attrs["sets"]
-    roots = {"ijbc": next((folder / "data").glob("ijbc-*")) / "IJBC", "megaface": next((folder / "data").glob("megaface-*"))}
+    data = folder / "data"
+    roots = {"ijbc": next(data.glob("ijbc-*")) / "IJBC", "megaface": next(data.glob("megaface-*"))}
     return folder, out.stdout, table, sets, roots
 
 
 def parse_table(text: str) -> dict:
-    ijbc = re.search(r"^IJBC\s+(.*)$", text, re.M).group(1).split()
+    ijbc = re.search(r"^IJB-C\s+(.*)$", text, re.M).group(1).split()
     rank1 = re.search(r"^rank-1\s+(.*)$", text, re.M).group(1).split()
     return {"ijbc/tar_far_1e-2": float(ijbc[4]) / 100, "ijbc/tar_far_1e-5": float(ijbc[1]) / 100,
             "megaface/rank1_1e3": float(rank1[2]) / 100}
@@ -84,7 +85,7 @@ def test_untrained_backbone_scores_clearly_lower(trained_run, tmp_path, capsys):
     torch.save(iresnet("ir18", 64, 32, 0.25).state_dict(), tmp_path / "untrained.pth")
     assert main([str(tmp_path / "untrained.pth"), "--ijbc", str(roots["ijbc"]), "--out", str(tmp_path / "r")]) == 0
     untrained = capsys.readouterr().out
-    tar = float(re.search(r"^IJBC\s+(.*)$", untrained, re.M).group(1).split()[4]) / 100
+    tar = float(re.search(r"^IJB-C\s+(.*)$", untrained, re.M).group(1).split()[4]) / 100
     assert tar < table["ijbc/tar_far_1e-2"][-1] - 0.2
 
 
@@ -92,7 +93,8 @@ def test_evaluate_refuses_bad_input_with_one_line(tmp_path, capsys):
     from tools.evaluate import main
 
     assert main([str(tmp_path / "missing.pth"), "--ijbc", str(tmp_path)]) == 1
-    assert capsys.readouterr().err == f"error: {tmp_path / 'missing.pth'}: no such checkpoint, run folder or .pth file\n"
+    expected = f"error: {tmp_path / 'missing.pth'}: no such checkpoint, run folder or .pth file\n"
+    assert capsys.readouterr().err == expected
     torch.save({"conv1.weight": torch.zeros(1)}, tmp_path / "bad.pth")
     assert main([str(tmp_path / "bad.pth"), "--ijbc", str(tmp_path)]) == 1
     assert "not an IResNet state_dict" in capsys.readouterr().err

@@ -51,7 +51,8 @@ def score_ijbc(dim: int = 512) -> dict:
     tar_at_far(scores, same, PAPER_FARS)
     roc_curve(scores, same)
     summarised = time.perf_counter() - start
-    return {"imported_mib": imported, "inputs_mib": before, "peak_scoring_mib": after_scoring, "peak_mib": peak_rss_mib(),
+    return {"imported_mib": imported, "inputs_mib": before, "peak_scoring_mib": after_scoring,
+            "peak_mib": peak_rss_mib(),
             "pairs_per_s": IJBC_PAIRS / scored, "score_s": scored, "tar_roc_s": summarised}
 
 

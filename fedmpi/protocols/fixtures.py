@@ -120,7 +120,8 @@ def write_megaface(root: Path, size: int = 64, seed: int = 0, identities: int = 
     (root / "facescrub_lst").write_text("".join(f"{n}\n" for n in probe_names))
     (root / "megaface_lst").write_text("".join(f"{n}\n" for n in distractor_names))
     (root / "facescrub_noises.txt").write_text(
-        "# probe images showing another person\n" + "".join(f"{Path(probe_names[i]).name}\n" for i in sorted(mislabelled)))
+        "# probe images showing another person\n"
+        + "".join(f"{Path(probe_names[i]).name}\n" for i in sorted(mislabelled)))
     (root / "megaface_noises.txt").write_text(
         "# distractors showing a FaceScrub identity\n" + "".join(f"{distractor_names[i]}\n" for i in sorted(noisy)))
     return root

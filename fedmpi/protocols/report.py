@@ -12,6 +12,7 @@ import numpy as np
 from fedmpi.metrics.roc import PAPER_FARS, far_column
 
 HEADLINE = {"ijbb": far_column(1e-4), "ijbc": far_column(1e-5), "megaface": "rank1"}  # FedFace Sec. 4.2
+DISPLAY = {"ijbb": "IJB-B", "ijbc": "IJB-C", "megaface": "MegaFace"}
 
 
 def _cell(value: float) -> str:
@@ -26,7 +27,7 @@ def format_table(results: dict[str, dict[str, float]]) -> str:
         fars = [f for f in PAPER_FARS if any(far_column(f) in m for m in ijb.values())]
         lines.append("TAR (%) at FAR  " + "".join(f"{f'{f:.0e}':>8}" for f in fars))
         for name, m in ijb.items():
-            lines.append(f"{name.upper():<16}" + "".join(f"{_cell(m.get(far_column(f), math.nan)):>8}" for f in fars))
+            lines.append(f"{DISPLAY[name]:<16}" + "".join(f"{_cell(m.get(far_column(f), math.nan)):>8}" for f in fars))
     if "megaface" in results:
         m = results["megaface"]
         sizes = [k for k in range(1, 7)]
@@ -68,7 +69,7 @@ def _plot_roc(path: Path, name: str, roc: dict) -> Path:
     ax.set_ylabel("true accept rate")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{name.upper()} 1:1 verification ROC")
+    ax.set_title(f"{DISPLAY.get(name, name)} 1:1 verification ROC")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
