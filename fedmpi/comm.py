@@ -6,6 +6,7 @@ and broadcast over MPI, never read from a hand-set MASTER_ADDR.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -37,16 +38,36 @@ def local_rank(comm=None) -> int:
     return rank
 
 
-def _free_port() -> int:
+def _free_port(host: str = "") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def mpi_interface() -> str | None:
+    """The network interface Open MPI was told to use (one name in OMPI_MCA_btl_tcp_if_include), if any."""
+    names = os.environ.get("OMPI_MCA_btl_tcp_if_include", "").split(",")
+    return names[0] if len(names) == 1 and names[0] and "/" not in names[0] else None
+
+
+def use_mpi_interface() -> None:
+    """gloo and NCCL open their sockets on MPI's interface when one is known (unless told otherwise): torch's
+    rendezvous store and gloo have no authentication, so they should not face other networks."""
+    interface = mpi_interface()
+    if interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+
+
+RENDEZVOUS_TIMEOUT_S = 300.0  # every rank joining the TCP store: slow imports on a busy node are no hang
 
 
 def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0, comm=None) -> str:
     """Initialise torch.distributed over all MPI ranks; pin each rank to its local GPU when CUDA is present.
 
-    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used.
+    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used. `timeout_s` bounds every
+    collective of the groups made by `new_group`; the world group (used by nothing after the rendezvous) gets
+    the rendezvous' own, longer, timeout.
     """
     comm = comm or mpi_comm()
     if dist.is_initialized():
@@ -61,6 +82,7 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         _STATE["device"] = torch.device("cuda", gpu)
     else:
         _STATE["device"] = torch.device("cpu")
+    use_mpi_interface()
     if comm.Get_rank() == 0:
         host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
         address = (host, _free_port())
@@ -72,7 +94,7 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         init_method=f"tcp://{host}:{port}",
         world_size=comm.Get_size(),
         rank=comm.Get_rank(),
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
         device_id=_STATE["device"] if backend == "nccl" else None,
     )
     _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
@@ -161,6 +183,10 @@ class CommTimeout(RuntimeError):
     """A rank did not answer within the run's collective timeout (run.collective_timeout_s)."""
 
 
+class CommFailure(RuntimeError):
+    """A torch.distributed operation failed (most often: another rank ended)."""
+
+
 def _wait_until(done: Callable[[], bool], deadline: float | None) -> bool:
     """Poll done() with backing-off naps until it is true (True) or the deadline passes (False)."""
     nap = MIN_NAP_S
@@ -244,6 +270,14 @@ def bcast(value, *, what: str, timeout_s: float | None, comm, root: int = 0):
     return value
 
 
+def barrier(*, what: str, timeout_s: float | None, comm=None) -> None:
+    """comm.Barrier() with a deadline (a non-blocking barrier, polled)."""
+    comm = comm or mpi_comm()
+    request = comm.Ibarrier()
+    if not _wait_until(lambda: request.Test(), _deadline(timeout_s)):
+        raise CommTimeout(f"{what}: not every rank of the {comm.Get_size()} arrived within {timeout_s:g} s")
+
+
 def allreduce_max(value: int, *, what: str, timeout_s: float | None, comm) -> int:
     """The largest of every rank's integer, with a deadline (a non-blocking allreduce, polled)."""
     import numpy as np
@@ -256,7 +290,33 @@ def allreduce_max(value: int, *, what: str, timeout_s: float | None, comm) -> in
     return int(out[0])
 
 
+@contextlib.contextmanager
+def naming_failures(what: str):
+    """Around torch.distributed calls (and calls that make them): a failure or a timeout of the backend becomes
+    one line that says what was going on (`what`, e.g. the round or the group and its ranks); nested uses add
+    to the line from the outside in: 'round 4: gather of theta_i over group leaders (ranks 0, 1, 3): ...'."""
+    try:
+        yield
+    except CommTimeout as exc:
+        raise CommTimeout(f"{what}: {exc}") from None
+    except RuntimeError as exc:  # gloo and NCCL failures (DistBackendError is one)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "timed out" in first.lower() or "timeout" in first.lower():
+            raise CommTimeout(f"{what}: no answer within run.collective_timeout_s={collective_timeout_s():g} s "
+                              f"({first})") from None
+        raise CommFailure(f"{what}: {first}") from None
+
+
+def group_label(name: str, group) -> str:
+    """'group NAME (ranks 0, 1, 3)' for messages."""
+    return f"group {name} (ranks {', '.join(str(r) for r in dist.get_process_group_ranks(group))})"
+
+
 # ---------------------------------------------------------------- failure discipline
+
+
+SECONDARY_GRACE_S = 3.0
+OUTPUT_GRACE_S = 0.5
 
 
 def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[], None] | None = None) -> int:
@@ -274,6 +334,8 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
     except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
         if os.environ.get("FEDMPI_TRACEBACK"):
             traceback.print_exc()
+        if isinstance(exc, CommFailure):  # most often the echo of another rank's failure: let that one speak
+            time.sleep(SECONDARY_GRACE_S)  # first; the job usually ends before this line is printed at all
         _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
     return 1
 
@@ -282,6 +344,7 @@ def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None 
     sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE_S)  # mpirun forwards the line before the abort tears the job down
     if on_failure is not None:
         try:
             on_failure()

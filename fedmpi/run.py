@@ -29,6 +29,9 @@ def parse_args(argv):
                         help="continue the run log.name from its newest complete checkpoint (auto; none: start "
                              "fresh) or from the checkpoint folder PATH; exit status 75 means the run stopped "
                              "for preemption (SIGTERM/SIGUSR1) after writing a checkpoint")
+    parser.add_argument("--allow-config-changes", action="store_true",
+                        help="with --resume: accept settings that change what the run computes (lr, batch size, "
+                             "seed, ...); each change is recorded in the run log (/config, attrs config_changes)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400 model.backbone=ir34")
     return parser.parse_intermixed_args(argv)  # options may come after the overrides, e.g. `k=v --resume auto`
 
@@ -125,7 +128,8 @@ def main(argv=None) -> int:
         check_world_size(layout, mpi.Get_size())
         run_dir, created = on_root(mpi, lambda: choose_run_dir(cfg, args.resume))
         from fedmpi.store.checkpoint import configure_determinism, find_resume_point
-        resume = on_root(mpi, lambda: find_resume_point(args.resume, cfg, layout, run_dir))
+        resume = on_root(mpi, lambda: find_resume_point(args.resume, cfg, layout, run_dir,
+                                                        args.allow_config_changes))
     except ConfigError as exc:
         return fail(str(exc), rank)
     except Exception as exc:  # noqa: BLE001 - no rank may be left waiting for one that failed here

@@ -40,7 +40,24 @@ def _results_ready(job: submitit.Job) -> bool:
     return all(job.task(i).paths.result_pickle.exists() for i in range(job.num_tasks))
 
 
+def unsafe_folder(folder) -> str:
+    """Why results in `folder` must not be unpickled ('' when it is private to this user): submitit's result
+    files are pickles, and whoever can write them can run code in the process that reads them."""
+    import os
+    import stat
+
+    info = os.stat(folder)
+    if info.st_uid != os.getuid():
+        return f"job folder {folder} belongs to uid {info.st_uid}, not to this user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"job folder {folder} is writable by others (mode {stat.filemode(info.st_mode)}); make it private"
+    return ""
+
+
 def _collect(job: submitit.Job, state: str) -> Outcome:
+    problem = unsafe_folder(job.paths.folder)
+    if problem:  # its result pickle is not read
+        return Outcome(job.job_id, "FAILED", error=f"refusing to read the result: {problem}")
     try:
         return Outcome(job.job_id, "COMPLETED", result=job.results()[0])
     except Exception as exc:  # noqa: BLE001 - a task raised: report it, do not crash the watcher

@@ -3,6 +3,7 @@ stops it with a message naming the party and the round, and bad inputs across co
 with a one-line error and a non-zero exit, leaving existing checkpoints and logs as they were."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -16,6 +17,7 @@ from typing import Callable
 import pytest
 
 from fedmpi.store import checkpoint as ck
+from fedmpi.store.h5log import LogReader
 from mpi_scripts.ckpt_common import (WORLD, assert_same_run, copy_run, error_lines, reference_run, rounds_logged,
                                      sibling_run, snapshot)
 from mpirun import ROOT, mpi_env, mpirun_binary
@@ -47,16 +49,32 @@ def test_a_trainer_killed_with_sigkill_ends_the_job_within_60_s_and_the_run_resu
     assert_same_run(reference, run)
 
 
+def test_a_trainer_that_stops_answering_ends_the_job_after_the_collective_timeout(reference, tmp_path):
+    run = sibling_run(reference, tmp_path, "stopped")
+    stamp = tmp_path / "stopped-at"
+    result = run.launch_signalled(3, 2, "STOP", "run.collective_timeout_s=10", stamp=stamp, cont_after=90,
+                                  timeout=150)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert time.time() - float(stamp.read_text()) < 45   # from the stop to mpirun's exit: long before SIGCONT
+    first = error_lines(result.stderr)[0]
+    # whoever waits first says it: the server or party a, waiting on a group rank 3 (party b) is part of
+    assert re.fullmatch(r"rank \d \((server|trainer:a)\): CommTimeout: round 2: .* over group (leaders \(ranks 0, 1, "
+                        r"3\)|a \(ranks 1, 2\)): no answer within run\.collective_timeout_s=10 s \(.*\)", first), first
+
+
 def test_a_nan_loss_stops_the_run_naming_party_and_round_and_keeps_the_checkpoint(reference, tmp_path):
     run = copy_run(reference, tmp_path, "nan", drop_after=3)
     before = snapshot(run.ckpt)
-    result = run.launch("--resume", "auto", "optim.lr=1.0e+30")
+    result = run.launch("--resume", "auto", "--allow-config-changes", "optim.lr=1.0e+30")
     assert result.returncode != 0
     diverged = r"rank \d \(trainer:(a|b)\): party \1: loss is (nan|inf|-inf) in round 4"
     assert any(re.fullmatch(diverged, line) for line in error_lines(result.stderr)), result.stderr
     assert "Traceback" not in result.stderr
     assert snapshot(run.ckpt) == before
     assert rounds_logged(run) == [0, 1, 2]     # the resumed log, readable after the abort
+    with LogReader(run.folder / "log.h5") as log:   # the accepted change, and from which round it applies
+        assert json.loads(log.f.attrs["config_changes"]) == [{"round": 3, "changes": {"optim.lr": [0.1, 1e30]}}]
+        assert "lr: 1.0e+30" in log.config_yaml
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -161,6 +179,10 @@ BAD_INPUTS = {
         WORLD, ("--resume", "auto"), r"error: --resume auto: no complete checkpoint in .*, and .*log\.h5 holds the "
                                      r"finished run \(6/6 rounds\); nothing to resume, the log was left as it is .*",
         lambda run: shutil.rmtree(run.ckpt), own_copy=True),
+    "--resume with another lr and seed": Bad(
+        WORLD, ("optim.lr=0.2", "run.seed=5", "--resume", "auto"),
+        r"error: --resume: this run changes what .*round_000006 was computed with \(optim\.lr 0\.1 -> 0\.2, run\.seed "
+        r"0 -> 5\); resume with the same values, or add --allow-config-changes to continue with the new ones .*"),
     "--resume from a truncated part": Bad(WORLD, ("--resume", "{target}"),
                                           r"error: .*round_000006: part party-a-1\.h5 has \d+ bytes, the manifest "
                                           r"says \d+ \(truncated or rewritten\)", _truncate_part, own_copy=True),

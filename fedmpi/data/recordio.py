@@ -118,8 +118,13 @@ def unpack_ir(record: bytes, path, key) -> tuple[IRHeader, memoryview]:
 def read_index(idx_path) -> tuple[np.ndarray, np.ndarray]:
     """(keys int64, offsets int64) in file order from a `.idx` file."""
     keys, offsets = [], []
-    with open(idx_path, "r") as f:
-        for n, line in enumerate(f, 1):
+    with open(idx_path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("ascii")
+            except UnicodeDecodeError:
+                raise DataError(idx_path, f"line {n} is not text (binary bytes {raw[:16]!r}...); an .idx holds "
+                                          "'key<TAB>offset' lines") from None
             if not line.strip():
                 continue
             fields = line.split("\t")
@@ -128,6 +133,8 @@ def read_index(idx_path) -> tuple[np.ndarray, np.ndarray]:
                 offsets.append(int(fields[1]))
             except (ValueError, IndexError):
                 raise DataError(idx_path, f"line {n} is not 'key<TAB>offset': {line.strip()[:60]!r}") from None
+            if offsets[-1] < 0:
+                raise DataError(idx_path, f"line {n}: offset {offsets[-1]} of key {keys[-1]} is negative")
     return np.asarray(keys, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
 
 
@@ -172,6 +179,7 @@ class RecordReader:
         keys, offsets = read_index(self.idx_path)
         beyond = offsets + 8 > self.file_size
         self.dropped_keys = [int(k) for k in keys[beyond]]
+        self._past_end = dict(zip(self.dropped_keys, offsets[beyond].tolist()))
         if beyond.any() and not skip_bad:
             k, o = keys[beyond][0], offsets[beyond][0]
             raise DataError(self.rec_path, f"index offset {o} is past the end of the file "
@@ -207,6 +215,10 @@ class RecordReader:
         try:
             offset, span = self._where[int(key)]
         except KeyError:
+            if int(key) in self._past_end:
+                raise DataError(self.rec_path, f"index offset {self._past_end[int(key)]} (from {self.idx_path.name}) "
+                                               f"is past the end of the file ({self.file_size} bytes): the .rec is "
+                                               "truncated", key) from None
             raise DataError(self.rec_path, f"no such key in {self.idx_path.name}", key) from None
         fd = self._file()
         if len(self._buf) < span:

@@ -64,6 +64,13 @@ class _PairSetUnpickler(pickle.Unpickler):
         raise DataError(self.path, "refused pickle persistent id: not part of a .bin pair set")
 
 
+def _flag(value) -> bool:
+    """An issame entry: a bool (or numpy bool, or the integers 0 and 1); a string is refused, not truth-tested."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"issame holds {value!r}, not a boolean")
+
+
 def read_pairs(path) -> tuple[list[bytes], np.ndarray]:
     """(2N encoded images as bytes, issame bool [N]) from a `.bin` file, checked for shape."""
     path = Path(path)
@@ -80,9 +87,11 @@ def read_pairs(path) -> tuple[list[bytes], np.ndarray]:
     bins, issame = obj
     try:
         images = [b if isinstance(b, bytes) else np.asarray(b, dtype=np.uint8).tobytes() for b in bins]
-        same = np.array([bool(s) for s in issame], dtype=bool)
+        same = np.array([_flag(s) for s in issame], dtype=bool)
     except (TypeError, ValueError) as e:
         raise DataError(path, f"images must be byte strings and issame booleans ({e})") from None
+    if not len(same):
+        raise DataError(path, "holds no pairs (issame is empty)")
     if len(images) != 2 * len(same):
         raise DataError(path, f"{len(images)} images for {len(same)} pairs (expected {2 * len(same)})")
     return images, same

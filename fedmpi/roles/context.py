@@ -110,13 +110,11 @@ def initial_weights(cfg: Config, layout: Layout) -> torch.Tensor:
 def drive(role, ctx: Context, run_dir, resume) -> int:
     """Run a Server or Trainer: take its state from the checkpoint to resume (if any), run its rounds with the
     checkpointer, and meet every other rank at the closing barrier. Returns the exit status (75: preempted)."""
-    import torch.distributed as dist
-
     from fedmpi.roles import signals
     from fedmpi.store.checkpoint import Checkpointer, checkpoint_dir
 
     start = role.load_checkpoint(resume.folder) if resume else 0
     checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
     code = role.run(start, checkpointer)
-    dist.barrier()
+    comm.barrier(what="closing barrier (every rank)", timeout_s=ctx.cfg.run.collective_timeout_s)
     return code

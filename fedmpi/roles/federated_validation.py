@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from fedmpi import comm
 from fedmpi.fv import FVSearch, candidate_backbone
 from fedmpi.roles.context import Context
 from fedmpi.roles.benchmarks import Benchmarks
@@ -124,7 +125,8 @@ class ServerValidation:
             while not work.is_completed() and self._has_work():
                 if not self._step(r):
                     nap()
-        work.wait()
+        with comm.naming_failures(f"gather of theta_i over {comm.group_label('leaders', self.ctx.groups.leaders)}"):
+            work.wait()
         thetas = slots[1:]
         if fv is None:
             return thetas, w

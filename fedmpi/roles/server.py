@@ -7,12 +7,13 @@ import time
 import numpy as np
 import torch
 
+from fedmpi import comm
 from fedmpi.algorithms import build_algorithm
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
-from fedmpi.roles.exchange import broadcast_global, weighted_average
 from fedmpi.roles.benchmarks import log_columns as benchmark_columns
+from fedmpi.roles.exchange import broadcast_global, round_statistics, weighted_average
 from fedmpi.roles.federated_validation import ServerValidation
 from fedmpi.roles.progress import Progress
 from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, copy_into, read_part,
@@ -21,7 +22,8 @@ from fedmpi.store.h5log import RunLog
 
 
 class Server:
-    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None):
+    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None,
+                 config_changes: dict | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
@@ -36,11 +38,13 @@ class Server:
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
                           run_name=run_dir.name, parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets), fv_candidates=cfg.fv.T if cfg.fv.enabled else 0,
-                          resume_round=resume_round, eval_columns=benchmark_columns(cfg))
+                          resume_round=resume_round, config_changes=config_changes,
+                          eval_columns=benchmark_columns(cfg))
         self.validation = ServerValidation(ctx, self.log, self.parties, self.w)  # FV + evaluation
         self.progress = Progress(cfg.rounds, self.parties)
         self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
+        self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         cfg = self.ctx.cfg
@@ -48,10 +52,12 @@ class Server:
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
-            self.aggregate(thetas)
-            broadcast_global(self.ctx, self.theta)
-            stats = self.ctx.mpi_fed.gather(None, root=0)
+            with comm.naming_failures(f"round {r + 1}"):
+                thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
+                self.aggregate(thetas)
+                broadcast_global(self.ctx, self.theta)
+                stats = comm.gather(None, what=round_statistics(r), timeout_s=cfg.run.collective_timeout_s,
+                                    comm=self.ctx.mpi_fed)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             self.validation.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
@@ -72,10 +78,12 @@ class Server:
         cfg = self.ctx.cfg
         P = len(self.parties)
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+        bad = np.zeros(P, dtype=np.int64)
         for s in stats:
             if s is None:
                 continue
             i = s["party"]
+            bad[i] += s["bad_records"]
             loss[i] += s["loss"]
             images[i] += s["images"]
             seconds[i] = max(seconds[i], s["seconds"])
@@ -87,6 +95,9 @@ class Server:
                         round_time=round_time, images_per_s=images.sum() / round_time, bytes_moved=bytes_moved,
                         loss=loss, party_images_per_s=party_ips)
         self.progress.line(r, loss, images.sum() / round_time, wall_time)
+        if bad.any() and dict(zip(self.parties, bad.tolist())) != self.bad_records:
+            self.bad_records = dict(zip(self.parties, bad.tolist()))
+            self.log.record_bad_records(self.bad_records)
 
     def bytes_per_round(self) -> int:
         """Backbone payload moved per round: P theta_i up to the server, Theta down to P leaders, and each
@@ -122,9 +133,12 @@ class Server:
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
         self.validation.finish()
         self.log.close()
-        self.progress.summary(self.run_dir / "log.h5", extra=self.validation.summary())
+        skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
+                   if self.bad_records else "")
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.validation.summary())
 
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
-    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None)
+    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None,
+                    config_changes=resume.changes if resume else None)
     return drive(server, ctx, run_dir, resume)

@@ -51,8 +51,9 @@ def requested() -> bool:
 
 def agree(comm) -> str:
     """On every rank of `comm`: the name of a preemption signal any of them received ('' when none).
-    Collective: all ranks must call it."""
-    from mpi4py import MPI
+    Collective: all ranks must call it; bounded by the run's collective timeout."""
+    from fedmpi import comm as mpicomm
 
-    signum = comm.allreduce(_received[0] if _received else 0, op=MPI.MAX)
+    signum = mpicomm.allreduce_max(_received[0] if _received else 0, what="preemption agreement (allreduce over "
+                                   "server + trainers)", timeout_s=mpicomm.collective_timeout_s(), comm=comm)
     return signal.Signals(signum).name if signum else ""

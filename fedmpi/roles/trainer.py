@@ -8,10 +8,11 @@ import time
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from fedmpi import comm
 from fedmpi.algorithms import build_algorithm
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
-from fedmpi.roles.exchange import receive_global, send_local
+from fedmpi.roles.exchange import receive_global, round_statistics, send_local
 from fedmpi.roles.precision import Precision
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
@@ -88,19 +89,27 @@ class Trainer:
                 group["lr"] = lr
             start = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-            for _ in range(K):
-                images, labels = next(batches)
-                loss_sum += self.step(images.to(ctx.dtype), labels, lr)
+            with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
+                for _ in range(K):
+                    images, labels = next(batches)
+                    loss_sum += self.step(images.to(ctx.dtype), labels, lr)
             mean_loss = float(loss_sum) / K
             if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
                 raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
             seconds = time.perf_counter() - start
-            self.exchange(lr)
-            ctx.mpi_fed.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
-                                "images": K * cfg.optim.batch_size}, root=0)
+            with comm.naming_failures(f"round {r + 1}"):
+                self.exchange(lr)
+            comm.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
+                         "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()},
+                        what=round_statistics(r),
+                        timeout_s=cfg.run.collective_timeout_s, comm=ctx.mpi_fed)
             if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
                 return signals.EXIT_PREEMPTED
         return 0
+
+    def bad_records(self) -> int:
+        """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
+        return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
 
     def step(self, images, labels, lr) -> torch.Tensor:
         with self.precision.autocast():

@@ -137,7 +137,8 @@ def serve(ctx: Context, validator: Validator) -> None:
     trace(direction="start", sets=validator.names)
     buffer = torch.empty(validator.state.numel, dtype=ctx.dtype, device=ctx.device)
     while True:
-        word = mpi.recv(source=SERVER, tag=TAG_CONTROL)
+        # no deadline: a validator may have nothing to do for a whole run (FV off); it naps while it waits
+        word = comm.receive(SERVER, TAG_CONTROL, what="control word", timeout_s=None, comm=mpi)
         trace(direction="in", channel="mpi", kind="control", word=word if isinstance(word, str) else repr(word))
         if word == STOP:
             return
@@ -157,7 +158,7 @@ def run_validator(ctx: Context) -> int:
     index = ctx.layout.validators.index(ctx.rank)
     names = assign_sets(list(cfg.data.val_sets), len(ctx.layout.validators))[index]
     serve(ctx, Validator(cfg, names, ctx.device, ctx.dtype))
-    dist.barrier()
+    comm.barrier(what="closing barrier (every rank)", timeout_s=cfg.run.collective_timeout_s)
     return 0
 
 
@@ -235,7 +236,7 @@ class RemoteEndpoint:
 
     def stop(self) -> None:
         while self._queue:  # collect what is still on its way, so no message is left unreceived
-            reply = comm.mpi_comm().recv(source=self.rank, tag=TAG_REPLY)
+            reply = comm.receive(self.rank, TAG_REPLY, what="validator reply", timeout_s=comm.collective_timeout_s())
             request, send = self._queue.popleft()
             send.wait()
             request.replies.update(reply)

@@ -46,11 +46,15 @@ class Checkpointer:
     def round_end(self, rounds_done: int, parts: Callable[[], dict[str, dict]]) -> bool:
         """Call on every rank after each round; True when the run must stop for preemption (checkpoint written).
         `parts()` gives this rank's {part name: tree}, evaluated only when a checkpoint is written."""
+        from fedmpi.comm import naming_failures
+
         every, rounds = self.cfg.checkpoint.every, self.cfg.rounds
-        signal = self.preemption(self.comm)
+        with naming_failures(f"round {rounds_done}"):
+            signal = self.preemption(self.comm)
         preempted = bool(signal) and rounds_done < rounds
         if preempted or (every and (rounds_done % every == 0 or rounds_done == rounds)):
-            folder = self.save(rounds_done, parts())
+            with naming_failures(f"round {rounds_done}"):
+                folder = self.save(rounds_done, parts())
             if preempted and self.is_root:
                 self.stream.write(f"preempted ({signal}): stopped after round {rounds_done}/{self.cfg.rounds} "
                                   f"with checkpoint {folder}; continue with --resume auto\n")
@@ -58,18 +62,21 @@ class Checkpointer:
         return preempted
 
     def save(self, rounds_done: int, parts: dict[str, dict]) -> Path:
+        from fedmpi import comm as mpicomm
+
         folder = self.directory / round_folder_name(rounds_done)
+        bounded = {"timeout_s": self.cfg.run.collective_timeout_s, "comm": self.comm}
         step = rounds_done * self.cfg.fed.K
         if self.is_root:  # before any part is written: a stale manifest must not vouch for new parts
             folder.mkdir(parents=True, exist_ok=True)
             (folder / MANIFEST).unlink(missing_ok=True)
             for leftover in folder.glob(".*.tmp*"):  # from an attempt that died while writing
                 leftover.unlink(missing_ok=True)
-        self.comm.bcast(None, root=0)
+        mpicomm.bcast(None, what="checkpoint go-ahead (server + trainers)", **bounded)
         rank = self.comm.Get_rank()
         written = [write_part(folder, name, tree, {"round": rounds_done, "step": step}, rank)
                    for name, tree in parts.items()]
-        everyone = self.comm.gather(written, root=0)
+        everyone = mpicomm.gather(written, what="checkpoint parts written (server + trainers)", **bounded)
         if self.is_root:
             all_parts = [p for ps in everyone for p in ps]
             write_manifest(folder, rounds_done, step, all_parts, self.meta)

@@ -2,7 +2,8 @@
 
 Layout (schema version 1):
   /                attrs: schema_version, fedmpi_version, algorithm, run_name, created, parties (JSON list)
-  /config          the resolved config as YAML text
+  /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
+                   root attr config_changes lists each change and the round it applies from)
   /data            attrs: one JSON description per party dataset (and the split / partition hashes)
   /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved,
                    loss [P] (per-party mean loss), party_images_per_s [P]
@@ -45,13 +46,15 @@ class RunLog:
 
     def __init__(self, path: str | Path, *, config_yaml: str, algorithm: str, run_name: str,
                  parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
-                 data: dict | None = None, resume_round: int | None = None,
+                 data: dict | None = None, resume_round: int | None = None, config_changes: dict | None = None,
                  eval_columns: dict[str, list[str]] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_round is not None and self.path.exists():
             self.f = h5py.File(self.path, "r+", libver="latest")
             self._truncate(resume_round)
+            if config_changes:
+                self._record_changes(resume_round, config_yaml, config_changes)
             self._unpublished = None
         else:  # under a hidden name until its first row: a start that fails leaves no log to block the name
             self._unpublished = starting_name(self.path)
@@ -93,6 +96,15 @@ class RunLog:
                         **{f"{s}/{m}": ((), "f8") for s in val_sets for m in EVAL_METRICS},
                         **{f"{s}/{m}": ((), "f8") for s, metrics in eval_columns.items() for m in metrics}})
 
+    def _record_changes(self, resume_round: int, config_yaml: str, changes: dict) -> None:
+        """A resume that changed settings: /config becomes the new config, and root attr `config_changes` (a
+        JSON list) gets {round: the first round run with them, changes: {key: [old, new]}}."""
+        history = json.loads(self.f.attrs.get("config_changes", "[]"))
+        history.append({"round": resume_round, "changes": changes})
+        self.f.attrs["config_changes"] = json.dumps(history)
+        del self.f["config"]
+        self.f.create_dataset("config", data=config_yaml)
+
     def _truncate(self, resume_round: int) -> None:
         """Drop rows logged after the checkpoint we resume from (round numbers >= resume_round)."""
         for table in ("rounds", "fv", "eval"):
@@ -102,6 +114,17 @@ class RunLog:
             keep = int(np.sum(g["round"][:] < resume_round))
             for ds in _datasets(g):
                 ds.resize(keep, axis=0)
+
+    def record_bad_records(self, counts: dict[str, int]) -> None:
+        """Records skipped (data.skip_bad) per party: /data attrs `bad_records` ({party: n}) and the
+        `bad_records` field of each party's description."""
+        self._publish()
+        g = self.f["data"]
+        g.attrs["bad_records"] = json.dumps(counts)
+        for party, n in counts.items():
+            if party in g.attrs:
+                g.attrs[party] = json.dumps({**json.loads(g.attrs[party]), "bad_records": n})
+        self.f.flush()
 
     def append(self, table: str, **row) -> None:
         self._publish()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 
-from fedmpi.store.manifest import ResumeError, check_complete, latest_complete, resolve_checkpoint
+from fedmpi.store.manifest import SERVER_PART, ResumeError, check_complete, latest_complete, resolve_checkpoint
 
 
 def checkpoint_dir(cfg, run_dir: Path) -> Path:
@@ -73,13 +73,53 @@ class ResumePoint:
     folder: Path
     round: int        # rounds completed: the run continues at this round index
     step: int         # local steps completed: the data stream continues here
+    changes: dict = field(default_factory=dict)   # {dotted key: [checkpoint's value, this run's]} accepted
+
+
+# Keys a resume may change freely: where things are written or read from, how long to wait, how many workers.
+# Any other change alters what the run computes and needs --allow-config-changes.
+FREE_KEYS = ("log.", "checkpoint.", "run.collective_timeout_s", "run.device", "run.save_final", "data.workers",
+             "data.root", "data.val_path", "eval.batch_size")
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def config_changes(folder: Path, cfg) -> dict:
+    """{dotted key: [value in the checkpoint's config, value now]} for every key that changes the run."""
+    import yaml
+
+    from fedmpi.config import to_dict
+
+    try:
+        with h5py.File(Path(folder) / SERVER_PART, "r") as f:
+            saved = yaml.safe_load(f["config"].asstr()[()])
+    except (OSError, KeyError, yaml.YAMLError) as exc:
+        raise ResumeError(f"--resume: {folder}/{SERVER_PART}: cannot read the run's config ({exc})") from None
+    before, now = _flat(saved), _flat(to_dict(cfg))
+    return {key: [before.get(key), now.get(key)] for key in sorted(set(before) | set(now))
+            if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS)}
+
+
+def check_changes(folder: Path, cfg, allowed: bool) -> dict:
+    changes = config_changes(folder, cfg)
+    if changes and not allowed:
+        listed = ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+        raise ResumeError(f"--resume: this run changes what {folder} was computed with ({listed}); resume with "
+                          f"the same values, or add --allow-config-changes to continue with the new ones (the "
+                          f"changes are recorded in the log)")
+    return changes
 
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def find_resume_point(resume: str | None, cfg, layout, run_dir: Path) -> ResumePoint | None:
+def find_resume_point(resume: str | None, cfg, layout, run_dir: Path,
+                      allow_changes: bool = False) -> ResumePoint | None:
     """`--resume auto` (newest complete checkpoint of this run's lineage; none: start fresh) or `--resume PATH`,
     checked against this run's config. Then the run's history is made consistent with where it continues:
     checkpoints after that point are moved aside (`lineage.set_aside_future`), an earlier log that cannot be
@@ -109,9 +149,10 @@ def find_resume_point(resume: str | None, cfg, layout, run_dir: Path) -> ResumeP
     if manifest["round"] > cfg.rounds:
         raise ResumeError(f"--resume: {folder} is after round {manifest['round']}, but this config has only "
                           f"{cfg.rounds} rounds")
+    changes = check_changes(folder, cfg, allow_changes)
     rounds_done = int(manifest["round"])
     abandoned = lineage.set_aside_future(directory, rounds_done, _say)
     if abandoned is not None:
         lineage.keep_log_copy(log, abandoned, _say)
     release_log(log)
-    return ResumePoint(folder, rounds_done, int(manifest["step"]))
+    return ResumePoint(folder, rounds_done, int(manifest["step"]), changes)

@@ -65,10 +65,11 @@ class Run:
         return mpirun(n, self.args(*extra), timeout=timeout)
 
     def launch_signalled(self, rank: int, round_: int, signal: str, *extra: str, stamp: Path | None = None,
-                         timeout: float = 240) -> subprocess.CompletedProcess:
+                         timeout: float = 240, cont_after: float = 120) -> subprocess.CompletedProcess:
         """The run, with trainer rank `rank` sending itself SIG`signal` in round `round_` (the time it does so
         written to `stamp`)."""
         argv = [str(SIGNAL_SCRIPT), "--rank", str(rank), "--round", str(round_), "--signal", signal,
+                "--cont-after", str(cont_after),
                 *(["--stamp", str(stamp)] if stamp else []), "--", *self.args(*extra)[2:]]
         return mpirun(WORLD, argv, timeout=timeout)
 

@@ -2,13 +2,15 @@
 
 Runs fedmpi.run; on world rank R (a trainer), the trainer sends itself signal NAME in round N (1-based),
 after its local steps and before the round's exchange: a deterministic stand-in for a preemption notice
-(USR1, TERM) or a crash (KILL) arriving in the middle of a round.
+(USR1, TERM), a crash (KILL) or a rank that stops answering (STOP; a helper sends SIGCONT after --cont-after
+seconds) arriving in the middle of a round.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -17,7 +19,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--round", type=int, required=True)
-    parser.add_argument("--signal", required=True, choices=("USR1", "TERM", "KILL"))
+    parser.add_argument("--signal", required=True, choices=("USR1", "TERM", "KILL", "STOP"))
+    parser.add_argument("--cont-after", type=float, default=120.0, help="STOP: seconds until SIGCONT")
     parser.add_argument("--stamp", default=None, help="write time.time() here just before the signal")
     parser.add_argument("run_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -37,6 +40,11 @@ def main() -> int:
                 if args.stamp:
                     with open(args.stamp, "w") as f:
                         f.write(repr(time.time()))
+                if args.signal == "STOP":
+                    subprocess.Popen(["sh", "-c", f"sleep {args.cont_after}; kill -CONT {os.getpid()} 2>/dev/null"],
+                                     start_new_session=True, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # mpirun waits for
+                    # every holder of a rank's output to close it
                 os.kill(os.getpid(), getattr(signal, f"SIG{args.signal}"))
             return exchange(self, lr)
 
