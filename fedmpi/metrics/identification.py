@@ -59,12 +59,22 @@ def scan_distractors(probes: torch.Tensor, distractors: torch.Tensor, sizes: Seq
     return maxima, top
 
 
-def rank1_at_sizes(probes: torch.Tensor, labels, distractors: torch.Tensor, sizes: Sequence[int],
-                   chunk: int | None = None) -> dict[int, float]:
-    """{N: rank-1 identification rate with N distractors} (module docstring)."""
+def genuine_scores(probes: torch.Tensor, labels) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """(first, second, s(first, second)) over every ordered same-identity probe pair."""
     first, second = same_identity_pairs(labels)
     if len(first) == 0:
         raise ValueError("rank-1 identification needs an identity with at least two probe images")
-    maxima, _ = scan_distractors(probes, distractors, sizes, 0, chunk)
-    genuine = (probes[first] * probes[second]).sum(dim=1)
+    return first, second, (probes[first] * probes[second]).sum(dim=1)
+
+
+def rank1_rates(first: np.ndarray, genuine: torch.Tensor, maxima: torch.Tensor, sizes) -> dict[int, float]:
+    """{N: fraction of pairs whose genuine score beats the probe's best of the first N distractors}."""
     return {int(n): float((genuine > maxima[k][first]).double().mean()) for k, n in enumerate(sizes)}
+
+
+def rank1_at_sizes(probes: torch.Tensor, labels, distractors: torch.Tensor, sizes: Sequence[int],
+                   chunk: int | None = None) -> dict[int, float]:
+    """{N: rank-1 identification rate with N distractors} (module docstring)."""
+    first, _, genuine = genuine_scores(probes, labels)
+    maxima, _ = scan_distractors(probes, distractors, sizes, 0, chunk)
+    return rank1_rates(first, genuine, maxima, sizes)

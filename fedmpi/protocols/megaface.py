@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedmpi.metrics.identification import same_identity_pairs, scan_distractors
+from fedmpi.metrics.identification import genuine_scores, rank1_rates, scan_distractors
 from fedmpi.metrics.roc import allowed_false_accepts, far_column, operating_points
 from fedmpi.protocols.faces import FaceImages, embed_faces
 from fedmpi.protocols.tables import LineError, read_rows, require_file
@@ -109,11 +109,8 @@ class MegaFaceProtocol:
         n_negatives = len(probes) * len(distractors)
         keep_top = min(allowed_false_accepts(FAR, n_negatives) + 1, n_negatives)
         maxima, top = scan_distractors(probes, distractors, self.sizes, keep_top)
-        first, second = same_identity_pairs(labels)
-        if len(first) == 0:
-            raise ValueError(f"{self.root / 'facescrub_lst'}: no identity has two probe images")
-        genuine = (probes[first] * probes[second]).sum(dim=1)
-        rank1 = {n: float((genuine > maxima[k][first]).double().mean()) for k, n in enumerate(self.sizes)}
+        first, second, genuine = genuine_scores(probes, labels)
+        rank1 = rank1_rates(first, genuine, maxima, self.sizes)
         metrics = {f"rank1_1e{k}": rank1.get(10 ** k, math.nan) for k in range(1, 7)}
         metrics["rank1"] = rank1[self.sizes[-1]]
         unordered = first < second
