@@ -49,8 +49,10 @@ def parse_table(text: str) -> dict:
             "megaface/rank1_1e3": float(rank1[2]) / 100}
 
 
-def test_run_logs_the_benchmarks_and_training_lifts_them(trained_run):
-    _, stdout, table, sets, _ = trained_run
+def test_run_logs_the_benchmarks_and_training_lifts_them(trained_run, capsys):
+    from tools.summary import main as summary
+
+    folder, stdout, table, sets, _ = trained_run
     assert '["lfw", "ijbc", "megaface"]' == sets
     assert re.search(r"eval after round 8: .*; ijbc tar_far_1e-5 \d+\.\d\d  megaface rank1 \d+\.\d\d", stdout)
     assert np.isnan(table["megaface/rank1_1e4"]).all()           # 1000 distractors: no 10^4 gallery
@@ -58,6 +60,9 @@ def test_run_logs_the_benchmarks_and_training_lifts_them(trained_run):
     first, last = {k: v[0] for k, v in table.items()}, {k: v[-1] for k, v in table.items()}
     assert last["ijbc/tar_far_1e-2"] > first["ijbc/tar_far_1e-2"] + 0.2, table
     assert last["megaface/rank1"] > first["megaface/rank1"] + 0.1, table
+    summary([str(folder / "run" / "log.h5")])
+    final = re.search(r"^ijbc tar_far_1e-5 \(final\)\s+(\S+)$", capsys.readouterr().out, re.M)
+    assert float(final.group(1)) == pytest.approx(last["ijbc/tar_far_1e-5"], abs=1e-4)
 
 
 def test_evaluate_spreads_over_ranks_and_reproduces_the_run(trained_run, tmp_path):
