@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedmpi.config import to_yaml
 from fedmpi.store import checkpoint as ck
 from fedmpi.store.h5log import LogReader, RunLog
 from mpi_scripts.ckpt_common import ROUNDS, assert_same_run, copy_run, reference_run, rounds_logged, sibling_run
@@ -309,7 +310,7 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_a_path_is_checked(tmp
     assert "--resume auto: no complete checkpoint in" in capsys.readouterr().err
     assert ck.find_resume_point(None, cfg, layout, tmp_path) is None
     saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
-    saver.save(3, {ck.SERVER_PART: {"theta": torch.zeros(3)}})
+    saver.save(3, {ck.SERVER_PART: {"theta": torch.zeros(3), "config": to_yaml(cfg)}})
     point = ck.find_resume_point(str(tmp_path / "ckpt" / "round_000003"), cfg, layout, tmp_path)
     assert (point.folder.name, point.round, point.step) == ("round_000003", 3, 6)
     assert ck.find_resume_point("auto", cfg, layout, tmp_path) == point
@@ -339,18 +340,18 @@ def test_a_rewind_sets_the_abandoned_future_aside_and_auto_then_continues_the_ne
     cfg, layout = small_run(20, "checkpoint.every=2", "checkpoint.keep=3")
     first = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
     for r in (2, 18, 20):
-        first.save(r, {ck.SERVER_PART: {"theta": torch.full((3,), float(r))}})
+        first.save(r, {ck.SERVER_PART: {"theta": torch.full((3,), float(r)), "config": to_yaml(cfg)}})
     log_with_rounds(tmp_path / "log.h5", 20)
     cfg, layout = small_run(20, "checkpoint.every=2", "checkpoint.keep=1")   # the rewind keeps fewer
     saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
     point = ck.find_resume_point(str(tmp_path / "ckpt" / "round_000002"), cfg, layout, tmp_path)
-    assert point.round == 2
+    assert point.round == 2 and point.changes == {}           # checkpoint.keep may change freely
     aside = tmp_path / "ckpt" / "abandoned-1"
     assert sorted(p.name for p in aside.iterdir()) == ["round_000018", "round_000020"]
     assert "moved to" in capsys.readouterr().err
     with LogReader(tmp_path / "log.abandoned-1.h5") as log:            # the abandoned rounds stay readable
         assert len(log.table("rounds")["round"]) == 20
-    folder = saver.save(4, {ck.SERVER_PART: {"theta": torch.zeros(3)}})  # keep=1 on the rewound run
+    folder = saver.save(4, {ck.SERVER_PART: {"theta": torch.zeros(3), "config": to_yaml(cfg)}})  # with keep=1
     assert folder.is_dir() and [r for r, _ in ck.list_checkpoints(tmp_path / "ckpt")] == [4]
     assert ck.find_resume_point("auto", cfg, layout, tmp_path).folder == folder
 
@@ -383,3 +384,15 @@ def test_a_new_log_takes_its_name_at_its_first_row(tmp_path):
     log.close()
     with LogReader(path) as reader:
         assert list(reader.table("rounds")["loss"][:, 0]) == [0.5]
+
+
+def test_a_resume_that_changes_the_lr_is_refused_unless_allowed(tmp_path):
+    cfg, layout = small_run(6)
+    saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, layout, lambda comm: "", stream=io.StringIO())
+    saver.save(2, {ck.SERVER_PART: {"theta": torch.zeros(3), "config": to_yaml(cfg)}})
+    changed, _ = small_run(6, "optim.lr=0.05", "data.workers=3")          # workers: free to change
+    with pytest.raises(ck.ResumeError, match=r"this run changes what .*round_000002 was computed with \(optim\.lr "
+                                             r"0\.1 -> 0\.05\); .* add --allow-config-changes"):
+        ck.find_resume_point("auto", changed, layout, tmp_path)
+    point = ck.find_resume_point("auto", changed, layout, tmp_path, allow_changes=True)
+    assert point.changes == {"optim.lr": [0.1, 0.05]}

@@ -25,8 +25,9 @@ def test_results_in_a_folder_others_can_write_are_not_unpickled(tmp_path):
 def test_gloo_and_nccl_follow_the_interface_open_mpi_uses(monkeypatch):
     from fedmpi import comm
 
-    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):   # restored after the test, set or not
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("OMPI_MCA_btl_tcp_if_include", "ib0")
     comm.use_mpi_interface()
     assert os.environ["GLOO_SOCKET_IFNAME"] == "ib0" and os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
