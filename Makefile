@@ -11,10 +11,11 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
 .PHONY: demo eval-demo test venv bench clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .   # `python -m fedmpi.run` and the fedmpi-* commands from any folder
 	touch $@
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt

@@ -19,138 +19,30 @@ class ConfigError(ValueError):
     """A configuration problem; the message names the key path."""
 
 
-@dataclass
-class DataSpec:
-    """Where one party's training images come from."""
-    kind: str = "synthetic"          # synthetic | rec | folder
-    path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
-    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
-    identities: int = 500            # synthetic only
-    images_per_identity: int = 20    # synthetic only
-    split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
-    split_count: int = 1
-    shuffle_labels: bool = False     # permute the labels over the images (useless data; FV behaviour tests)
-    dirichlet_clients: int = 0       # > 0: this party is one client of a Dirichlet partition (Hsu et al.) ...
-    dirichlet_client: int = 0        # ... of the dataset into this many clients: client index
-    dirichlet_alpha: float = 1.0     # concentration; 0 = one class per client
-    dirichlet_seed: int = 0
+from fedmpi.config_sections import (BenchmarkSets, CheckpointConfig, DataConfig, DataSpec, EvalConfig,  # noqa: F401
+                                    FedConfig, FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig,
+                                    RunConfig, ServerConfig, _three_parties, algorithm_class, algorithm_options)
 
 
-@dataclass
-class PartyConfig:
-    name: str = ""
-    ranks: int = 1
-    data: DataSpec = field(default_factory=DataSpec)
+# Keys of earlier versions: fed.algorithm=centralized|solo were settings (momentum SGD, the local momentum
+# being optim.momentum), and FedAvgM's options lived in fed.
+LEGACY_SERVER_KEYS = {"server_momentum": "momentum", "server_lr": "lr", "nesterov": "nesterov"}
 
 
-def _three_parties() -> list[PartyConfig]:
-    return [PartyConfig("ms1m", 8, DataSpec(style="ms1m")),
-            PartyConfig("ga", 4, DataSpec(style="ga")),
-            PartyConfig("vgg", 4, DataSpec(style="vgg"))]
-
-
-@dataclass
-class DataConfig:
-    root: str = "data"               # synthetic sets are generated here
-    image_size: int = 112
-    workers: int = 2                 # DataLoader workers per trainer rank
-    seed: int = 0
-    skip_bad: bool = False
-    val_sets: list[str] = field(default_factory=lambda: ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"])
-    val_kind: str = "synthetic"      # synthetic | bin
-    val_path: str = ""
-    val_pairs_per_fold: int = 100
-
-
-@dataclass
-class ModelConfig:
-    backbone: str = "ir18"           # ir18 | ir34 | ir50 | ir100
-    embedding_size: int = 512
-    width: float = 1.0               # channel multiplier (small CPU runs)
-    dropout: float = 0.0
-    head: str = "arcface"            # arcface | cosface
-    scale: float = 64.0
-    margin: float | None = None      # None: 0.5 for ArcFace, 0.35 for CosFace
-    classifier: str = "auto"         # auto | replicated | sharded
-    sample_rate: float = 1.0         # partial-FC negative sampling
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 0.1
-    momentum: float = 0.9            # beta: classifier (eq. 1-2), PFM's global momentum (eq. 3, 6)
-    weight_decay: float = 5e-4
-    batch_size: int = 64             # per trainer rank
-    epochs: int = 26
-    steps_per_epoch: int = 12800
-    milestones: list[int] = field(default_factory=lambda: [10, 18, 24])  # epochs; lr x gamma at each
-    gamma: float = 0.1
-    amp: str = "none"                # none | bf16 | fp16 (GPU runs)
-
-
-@dataclass
-class FedConfig:
-    algorithm: str = "pfm"           # pfm | fedavg | fedavgm | centralized | solo
-    K: int = 100                     # local steps per round
-    weighting: str = "uniform"       # initial w: uniform | batch (proportional to party batch size)
-    local_momentum: float = 0.9      # backbone momentum of local SGD for fedavg/fedavgm/centralized/solo
-    server_momentum: float = 0.9     # FedAvgM beta
-    server_lr: float = 1.0           # FedAvgM eta_s
-    nesterov: bool = True            # FedAvgM
-    solo_party: str = ""             # solo: which party trains alone
-
-
-@dataclass
-class FVConfig:
-    enabled: bool = False
-    T: int = 3
-    phi: float = 0.01
-    gamma: float = 0.01
-    eps: float = 0.001
-    norm: str = "local"              # local | moving
-    folds: str = "first"             # first | second: which 5 folds FV uses; evaluation uses the others
-    placement: str = "server"        # server | dedicated
-    validators: int = 1              # dedicated validator ranks
-    iterations_per_round: int = 0    # > 0: deterministic mode, exactly this many FV iterations per round
-
-
-@dataclass
-class BenchmarkSets:
-    """Large-scale benchmarks evaluated with the pair sets (fedmpi.roles.benchmarks): a release root, or
-    'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
-    ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
-    ijbc: str = ""                   # IJB-C root
-    megaface: str = ""               # MegaFace test pack root (facescrub_lst, megaface_lst, ...)
-
-
-@dataclass
-class EvalConfig:
-    every: int = 0                   # evaluate the global model every N rounds (0: only at the end)
-    batch_size: int = 128
-    sets: BenchmarkSets = field(default_factory=BenchmarkSets)
-
-
-@dataclass
-class LogConfig:
-    dir: str = "runs"
-    name: str = ""                   # run folder under dir; empty: <algorithm>-<timestamp>
-
-
-@dataclass
-class CheckpointConfig:
-    every: int = 0                   # checkpoint every N rounds and after the last (0: only when preempted)
-    keep: int = 2                    # complete checkpoints kept (older ones are pruned)
-    dir: str = ""                    # empty: <run folder>/ckpt
-
-
-@dataclass
-class RunConfig:
-    seed: int = 0
-    device: str = "auto"             # auto | cpu | cuda
-    dtype: str = "float32"           # float32 | float64 (float64 for equivalence tests)
-    deterministic: bool = False
-    save_final: str = ""             # write the final global backbone (flat, .pt) here
-    collective_timeout_s: float = 600.0
+def migrate_legacy(data: dict) -> dict:
+    fed = data.get("fed")
+    if not isinstance(fed, dict):
+        return data
+    fed = dict(fed)
+    if fed.get("algorithm") in ("centralized", "solo"):
+        fed["setting"], fed["algorithm"] = fed["algorithm"], "fedavg"
+        fed["local_momentum"] = (data.get("optim") or {}).get("momentum", OptimConfig.momentum)
+    for old, new in LEGACY_SERVER_KEYS.items():
+        if old in fed:
+            server = dict(fed.get("server") or {})
+            server[new] = fed.pop(old)
+            fed["server"] = server
+    return {**data, "fed": fed}
 
 
 @dataclass
@@ -193,7 +85,7 @@ CHOICES = {
     "model.head": ("arcface", "cosface"),
     "model.classifier": ("auto", "replicated", "sharded"),
     "optim.amp": ("none", "bf16", "fp16"),
-    "fed.algorithm": ("pfm", "fedavg", "fedavgm", "centralized", "solo"),
+    "fed.setting": ("federated", "centralized", "solo"),
     "fed.weighting": ("uniform", "batch"),
     "fv.norm": ("local", "moving"),
     "fv.folds": ("first", "second"),
@@ -227,6 +119,10 @@ def _coerce(value, tp, path: str):
             raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
         return _build(tp, value, path)
     origin = typing.get_origin(tp)
+    if tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -254,6 +150,8 @@ def _coerce(value, tp, path: str):
 
 
 def _build(cls, data: dict, path: str = ""):
+    if cls is Config:
+        data = migrate_legacy(data)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
@@ -313,6 +211,7 @@ def apply_override(data: dict, item: str) -> None:
 
 
 def validate(cfg: Config) -> Config:
+    """Choices first, then each section's own checks (beside its fields); the first problem is raised."""
     def fail(path, msg):
         raise ConfigError(f"{path}: {msg}")
 
@@ -328,100 +227,13 @@ def validate(cfg: Config) -> Config:
         value = flat[section][key]
         if value not in allowed:
             fail(path, f"{value!r} is not one of {', '.join(allowed)}")
-
     if not cfg.parties:
         fail("parties", "at least one party is needed")
-    names = [p.name for p in cfg.parties]
-    for i, p in enumerate(cfg.parties):
-        where = f"parties.{p.name or i}"
-        if not p.name:
-            fail(f"parties[{i}].name", "every party needs a name")
-        if names.count(p.name) > 1:
-            fail(f"{where}.name", "party names must be unique")
-        if p.ranks <= 0:
-            fail(f"{where}.ranks", f"must be > 0, got {p.ranks}")
-        d = p.data
-        if d.kind == "synthetic":
-            if d.identities <= 0:
-                fail(f"{where}.data.identities", f"an empty party: must be > 0, got {d.identities}")
-            if d.images_per_identity <= 0:
-                fail(f"{where}.data.images_per_identity", f"an empty party: must be > 0, got {d.images_per_identity}")
-        elif not d.path:
-            fail(f"{where}.data.path", f"kind {d.kind} needs a path")
-        if d.split_count <= 0 or not 0 <= d.split_index < d.split_count:
-            fail(f"{where}.data.split_index", f"must be in 0..split_count-1 (split_count={d.split_count})")
-        if d.dirichlet_clients < 0 or (d.dirichlet_clients and not 0 <= d.dirichlet_client < d.dirichlet_clients):
-            fail(f"{where}.data.dirichlet_client", f"must be in 0..dirichlet_clients-1 "
-                                                   f"(dirichlet_clients={d.dirichlet_clients})")
-        if d.dirichlet_alpha < 0:
-            fail(f"{where}.data.dirichlet_alpha", f"must be >= 0, got {d.dirichlet_alpha}")
-        if d.kind == "synthetic" and d.identities < d.split_count:
-            fail(f"{where}.data.identities", f"an empty party: {d.identities} identities cannot be split "
-                                             f"into {d.split_count} parts")
-
-    o, f = cfg.optim, cfg.fed
-    if f.K <= 0:
-        fail("fed.K", f"must be > 0, got {f.K}")
-    for path, value in (("optim.lr", o.lr), ("optim.batch_size", o.batch_size), ("optim.epochs", o.epochs),
-                        ("optim.steps_per_epoch", o.steps_per_epoch), ("data.image_size", cfg.data.image_size),
-                        ("model.embedding_size", cfg.model.embedding_size), ("model.width", cfg.model.width),
-                        ("model.scale", cfg.model.scale), ("fed.server_lr", f.server_lr)):
-        if not value > 0:
-            fail(path, f"must be > 0, got {value}")
-    for path, value in (("optim.momentum", o.momentum), ("fed.local_momentum", f.local_momentum),
-                        ("fed.server_momentum", f.server_momentum)):
-        if not 0 <= value < 1:
-            fail(path, f"must be in [0, 1), got {value}")
-    if o.weight_decay < 0:
-        fail("optim.weight_decay", f"must be >= 0, got {o.weight_decay}")
-    if not 0 < cfg.model.sample_rate <= 1:
-        fail("model.sample_rate", f"must be in (0, 1], got {cfg.model.sample_rate}")
-    if cfg.data.image_size % 16:
-        fail("data.image_size", f"must be a multiple of 16 (the backbone downsamples by 16), got {cfg.data.image_size}")
-    if cfg.data.workers < 0:
-        fail("data.workers", f"must be >= 0, got {cfg.data.workers}")
-    if cfg.total_steps % f.K:
-        fail("fed.K", f"epochs x steps_per_epoch = {cfg.total_steps} is not a whole number of rounds of K={f.K}")
-    for i, m in enumerate(o.milestones):
-        if not 0 < m <= o.epochs:
-            fail(f"optim.milestones[{i}]", f"epoch {m} is outside 1..{o.epochs}")
-        step = m * o.steps_per_epoch
-        if step % f.K:
-            fail(f"optim.milestones[{i}]", f"epoch {m} ends at step {step}, not on a round boundary of K={f.K} "
-                                           "(the learning rate must be constant within a round)")
-    if sorted(o.milestones) != list(o.milestones):
-        fail("optim.milestones", "must be increasing")
-    if f.algorithm == "solo" and f.solo_party not in names:
-        fail("fed.solo_party", f"{f.solo_party!r} is not a party (parties: {', '.join(names)})")
-    if f.algorithm != "solo" and f.solo_party:
-        fail("fed.solo_party", f"only used with fed.algorithm=solo, not {f.algorithm}")
-
-    v = cfg.fv
-    if v.enabled and f.algorithm not in ("fedavg", "pfm", "fedavgm"):
-        fail("fv.enabled", f"FV searches weightings over parties; {f.algorithm} has a single party")
-    if v.T <= 0:
-        fail("fv.T", f"must be > 0, got {v.T}")
-    for path, value in (("fv.phi", v.phi), ("fv.gamma", v.gamma)):
-        if not 0 <= value <= 1:
-            fail(path, f"must be in [0, 1], got {value}")
-    if v.eps <= 0:
-        fail("fv.eps", f"must be > 0, got {v.eps}")
-    if v.validators <= 0:
-        fail("fv.validators", f"must be > 0, got {v.validators}")
-    if v.iterations_per_round < 0:
-        fail("fv.iterations_per_round", f"must be >= 0, got {v.iterations_per_round}")
-    if cfg.data.val_pairs_per_fold <= 0:
-        fail("data.val_pairs_per_fold", f"must be > 0, got {cfg.data.val_pairs_per_fold}")
-    if cfg.eval.every < 0:
-        fail("eval.every", f"must be >= 0, got {cfg.eval.every}")
-    if cfg.checkpoint.every < 0:
-        fail("checkpoint.every", f"must be >= 0 (0: only when preempted), got {cfg.checkpoint.every}")
-    if cfg.checkpoint.keep < 1:
-        fail("checkpoint.keep", f"must be >= 1, got {cfg.checkpoint.keep}")
-    if not cfg.run.collective_timeout_s >= 10:
-        fail("run.collective_timeout_s", f"must be >= 10 s (a collective that times out aborts the run), "
-                                         f"got {cfg.run.collective_timeout_s}")
-    if math.isnan(o.lr):
+    for i, party in enumerate(cfg.parties):
+        party.validate(cfg, fail, i)
+    for section in (cfg.fed, cfg.optim, cfg.data, cfg.model, cfg.fv, cfg.eval, cfg.checkpoint, cfg.run):
+        section.validate(cfg, fail)
+    if math.isnan(cfg.optim.lr):
         fail("optim.lr", "is NaN")
     return cfg
 

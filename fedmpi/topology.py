@@ -1,6 +1,6 @@
 """Ranks -> roles. Rank 0 is the server; then each party's trainer ranks in config order; then dedicated
-validators. The layout depends on the algorithm: `centralized` merges all parties into one holding the union
-of their data (same ranks in all), `solo` keeps one party alone."""
+validators. The layout depends on fed.setting: `centralized` merges all parties into one holding the union
+of their data (same ranks in all), `solo` keeps one party alone, `federated` keeps every party."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,10 +62,10 @@ class Layout:
 
 
 def build_layout(cfg: Config) -> Layout:
-    algorithm = cfg.fed.algorithm
-    if algorithm == "centralized":
+    setting = cfg.fed.setting
+    if setting == "centralized":
         groups = [("centralized", sum(p.ranks for p in cfg.parties), tuple(p.data for p in cfg.parties))]
-    elif algorithm == "solo":
+    elif setting == "solo":
         groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties if p.name == cfg.fed.solo_party]
     else:
         groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties]

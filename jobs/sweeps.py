@@ -4,6 +4,8 @@ fig4:   settings (a) K=100, (b) K=400, (c) K=1600 (3-party IR-18 ArcFace), (d) C
         (f) 12-party K=100  x  methods centralized, fedavg, fedavg+fv, pfm, fedface (= pfm + FV)
 table1: IR-18 ArcFace, IR-18 CosFace, IR-34 ArcFace (3-party, K=100)  x  solo per party, centralized, fedavg, pfm
 fig5:   FV's score normalisation, local vs moving, for fedavg+fv and pfm+fv (IR-18, 3-party, K=100)
+rules:  every rule of fedmpi's registry (fedmpi/algorithms/registry.py) without and with FV, in setting (a):
+        the FL baselines (FedProx, SCAFFOLD, FedAdam, ...) next to the paper's methods
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from fedmpi.algorithms.registry import RULES, rule
 from jobs.site import ROOT
 
 CONFIG_3PARTY = "configs/fedface_3party.yaml"
@@ -26,12 +29,21 @@ SETTINGS = {
     "f": (CONFIG_12PARTY, ["model.backbone=ir18", "model.head=arcface", "fed.K=100"]),
 }
 
+
+
+def method(name: str, fv: bool = False, setting: str = "federated") -> list[str]:
+    """The overrides of one method: a registered rule, with or without FV, in a layout setting."""
+    rule(name)  # a ValueError naming the known rules
+    return [f"fed.setting={setting}", f"fed.algorithm={name}", f"fv.enabled={str(fv).lower()}"]
+
+
+# the paper's methods (Fig. 4, Table 1); centralized and solo are FedAvg's rule in one party
 METHODS = {
-    "centralized": ["fed.algorithm=centralized", "fv.enabled=false"],
-    "fedavg": ["fed.algorithm=fedavg", "fv.enabled=false"],
-    "fedavg+fv": ["fed.algorithm=fedavg", "fv.enabled=true"],
-    "pfm": ["fed.algorithm=pfm", "fv.enabled=false"],
-    "fedface": ["fed.algorithm=pfm", "fv.enabled=true"],
+    "centralized": method("fedavg", setting="centralized"),
+    "fedavg": method("fedavg"),
+    "fedavg+fv": method("fedavg", fv=True),
+    "pfm": method("pfm"),
+    "fedface": method("pfm", fv=True),
 }
 
 TABLE1_MODELS = {"ir18-arcface": "a", "ir18-cosface": "d", "ir34-arcface": "e"}
@@ -61,11 +73,10 @@ def table1() -> list[RunSpec]:
         config, base = SETTINGS[setting]
         for party in _party_names(config):
             runs.append(RunSpec(f"{model}-solo-{party}", config,
-                                tuple(base + ["fed.algorithm=solo", f"fed.solo_party={party}", "fv.enabled=false"]),
+                                tuple(base + method("fedavg", setting="solo") + [f"fed.solo_party={party}"]),
                                 {"model": model, "method": "solo", "party": party}))
-        for method in ("centralized", "fedavg", "pfm"):
-            runs.append(RunSpec(f"{model}-{method}", config, tuple(base + METHODS[method]),
-                                {"model": model, "method": method}))
+        for m in ("centralized", "fedavg", "pfm"):
+            runs.append(RunSpec(f"{model}-{m}", config, tuple(base + METHODS[m]), {"model": model, "method": m}))
     return runs
 
 
@@ -76,7 +87,14 @@ def fig5() -> list[RunSpec]:
             for m in ("fedavg+fv", "fedface") for norm in NORMS]
 
 
-SWEEPS = {"fig4": fig4, "table1": table1, "fig5": fig5}
+def rules() -> list[RunSpec]:
+    config, base = SETTINGS["a"]
+    return [RunSpec(f"{name}{'-fv' if fv else ''}", config, tuple(base + method(name, fv)),
+                    {"setting": "a", "method": name + ("+fv" if fv else "")})
+            for name in RULES for fv in (False, True)]
+
+
+SWEEPS = {"fig4": fig4, "table1": table1, "fig5": fig5, "rules": rules}
 
 
 def plan(name: str, only: list[str] | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[RunSpec]:

@@ -1,119 +1,19 @@
 """The rules against the paper's equations and against centralized SGD (DESIGN.md sec. 4), as plain functions."""
-import copy
-
 import pytest
 import torch
 
-from fedmpi.algorithms import PFM, FedAvg, FedAvgM
+from algorithm_harness import BETA, LRS, WD, batch_weights, centralized, federated, float64  # noqa: F401
+from fedmpi.algorithms import LocalRound, ServerOptimizer
+from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.algorithms.fedavgm import FedAvgM
+from fedmpi.algorithms.pfm import PFM
 
-WD, BETA = 5e-4, 0.9
-
-
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    """These checks run in float64; restore the default so other test modules see float32."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
-
-
-def make_problem(parties=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    backbone = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
-    with torch.no_grad():
-        for p in backbone.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    heads = [torch.nn.Linear(4, 3 + i, bias=False) for i in range(parties)]
-    for h in heads:
-        with torch.no_grad():
-            h.weight.copy_(torch.randn(h.weight.shape, generator=g))
-    batch_sizes = [4 + 2 * i for i in range(parties)]
-    data = [[(torch.randn(b, 6, generator=g), torch.randint(0, 3 + i, (b,), generator=g)) for _ in range(12)]
-            for i, b in enumerate(batch_sizes)]
-    return backbone, heads, batch_sizes, data
-
-
-def party_loss(backbone, head, batch):
-    x, y = batch
-    return torch.nn.functional.cross_entropy(head(backbone(x)), y)
-
-
-def flat(module):
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-
-
-def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA):
-    """Drive a rule exactly as the roles do: K local steps per party, then aggregate, then on_global."""
-    backbone, heads, sizes, data = make_problem()
-    theta = flat(backbone)
-    server_state = algorithm.init_server_state(theta)
-    locals_ = [copy.deepcopy(backbone) for _ in heads]
-    states = [algorithm.init_trainer_state(list(m.parameters())) for m in locals_]
-    opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD) for h in heads]
-    step = 0
-    for r in range(rounds):
-        lr = lrs[r]
-        for i, (model, head) in enumerate(zip(locals_, heads)):
-            for group in opts[i].param_groups:
-                group["lr"] = lr
-            for k in range(K):
-                loss = party_loss(model, head, data[i][r * K + k])
-                loss.backward()
-                params = list(model.parameters())
-                with torch.no_grad():
-                    algorithm.local_step(params, [p.grad for p in params], lr, states[i])
-                opts[i].step()
-                for p in (*params, *head.parameters()):
-                    p.grad = None
-        thetas = [flat(m) for m in locals_]
-        average = sum(w * t for w, t in zip(weights, thetas))
-        new = algorithm.server_update(theta, average, server_state)
-        for s in states:
-            algorithm.on_global(theta, new, lr, s)
-        theta = new
-        for m in locals_:
-            with torch.no_grad():
-                torch.nn.utils.vector_to_parameters(theta.clone(), m.parameters())
-        step += K
-    return theta
-
-
-def centralized(rounds, lrs, weights, momentum=BETA, classifier_momentum=BETA):
-    """Momentum SGD on the union batch: backbone gradient = sum_i w_i grad L_i, each classifier its own grad."""
-    backbone, heads, sizes, data = make_problem()
-    opt = torch.optim.SGD(backbone.parameters(), lr=lrs[0], momentum=momentum, weight_decay=WD)
-    head_opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD)
-                 for h in heads]
-    for r in range(rounds):
-        for o in (opt, *head_opts):
-            for group in o.param_groups:
-                group["lr"] = lrs[r]
-        losses = [party_loss(backbone, h, data[i][r]) for i, h in enumerate(heads)]
-        backbone_grads = [torch.autograd.grad(l, list(backbone.parameters()), retain_graph=True) for l in losses]
-        for i, (l, h) in enumerate(zip(losses, heads)):
-            (gw,) = torch.autograd.grad(l, [h.weight])
-            h.weight.grad = gw
-        for j, p in enumerate(backbone.parameters()):
-            p.grad = sum(w * g[j] for w, g in zip(weights, backbone_grads))
-        opt.step()
-        for o in head_opts:
-            o.step()
-    return flat(backbone)
-
-
-def batch_weights():
-    _, _, sizes, _ = make_problem()
-    total = sum(sizes)
-    return [s / total for s in sizes]
-
-
-LRS = [0.1] * 4 + [0.01] * 4  # a milestone on a round boundary
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def test_pfm_k1_follows_centralized_momentum_sgd():
     w = batch_weights()
-    pfm = federated(PFM(momentum=BETA, K=1, weight_decay=WD), K=1, rounds=8, lrs=LRS, weights=w)
+    pfm = federated(PFM(momentum=BETA, weight_decay=WD), K=1, rounds=8, lrs=LRS, weights=w)
     ref = centralized(rounds=8, lrs=LRS, weights=w)
     assert torch.allclose(pfm, ref, atol=1e-9, rtol=0)
 
@@ -138,35 +38,81 @@ def test_pfm_k1_differs_from_fedavg_with_local_momentum():
 def test_fedavgm_with_zero_server_momentum_is_fedavg(nesterov):
     w = [0.5, 0.3, 0.2]
     lrs = [0.1, 0.1, 0.1]
-    a = federated(FedAvgM(local_momentum=0.9, server_momentum=0.0, server_lr=1.0, nesterov=nesterov,
-                          weight_decay=WD), K=3, rounds=3, lrs=lrs, weights=w)
+    server = ServerOptimizer.build("momentum", 1.0, momentum=0.0, nesterov=nesterov)
+    a = federated(FedAvgM(local_momentum=0.9, weight_decay=WD, server=server), K=3, rounds=3, lrs=lrs, weights=w)
     b = federated(FedAvg(local_momentum=0.9, weight_decay=WD), K=3, rounds=3, lrs=lrs, weights=w)
     assert torch.allclose(a, b, atol=1e-12, rtol=0)
 
 
 def test_fedavgm_server_update_by_hand():
+    def update(algorithm, theta, avg, state):
+        return algorithm.server_update(theta.clone(), {"theta": avg}, state)
+
     theta = torch.tensor([1.0, 2.0])
     avg = torch.tensor([0.5, 1.0])          # Delta = [0.5, 1.0]
-    nesterov = FedAvgM(server_momentum=0.9, server_lr=2.0, nesterov=True)
+    nesterov = FedAvgM(server=ServerOptimizer.build("momentum", 2.0, momentum=0.9, nesterov=True))
     s = nesterov.init_server_state(theta)
-    out = nesterov.server_update(theta, avg, s)     # v = Delta; Theta - 2*(0.9 v + Delta) = theta - 3.8 Delta
+    out = update(nesterov, theta, avg, s)     # v = Delta; Theta - 2*(0.9 v + Delta) = theta - 3.8 Delta
     assert torch.allclose(out, torch.tensor([1 - 1.9, 2 - 3.8]))
-    out2 = nesterov.server_update(out, out - torch.tensor([0.1, 0.0]), s)  # v = 0.9 v + [0.1, 0]
+    out2 = update(nesterov, out, out - torch.tensor([0.1, 0.0]), s)  # v = 0.9 v + [0.1, 0]
     v = torch.tensor([0.9 * 0.5 + 0.1, 0.9 * 1.0])
     assert torch.allclose(s["velocity"], v)
     assert torch.allclose(out2, out - 2.0 * (0.9 * v + torch.tensor([0.1, 0.0])))
-    heavy = FedAvgM(server_momentum=0.9, server_lr=1.0, nesterov=False)
+    heavy = FedAvgM(server=ServerOptimizer.build("momentum", 1.0, momentum=0.9, nesterov=False))
     s = heavy.init_server_state(theta)
-    assert torch.allclose(heavy.server_update(theta, avg, s), theta - torch.tensor([0.5, 1.0]))
+    assert torch.allclose(update(heavy, theta, avg, s), theta - torch.tensor([0.5, 1.0]))
 
 
 def test_pfm_local_step_and_global_momentum_by_hand():
     """eq. 3: theta - lr (g + wd theta + beta M / K); eq. 6: M = (Theta' - Theta) / lr."""
-    pfm = PFM(momentum=0.9, K=4, weight_decay=0.1)
+    pfm = PFM(momentum=0.9, weight_decay=0.1)
     theta = [torch.tensor([1.0, -2.0])]
     state = pfm.init_trainer_state(theta)
     pfm.on_global(torch.tensor([3.0, 3.0]), torch.tensor([2.0, 1.0]), 0.5, state)
     assert torch.allclose(state["global_momentum"], torch.tensor([2.0, 4.0]))
-    pfm.local_step(theta, [torch.tensor([0.2, 0.4])], 0.5, state)
+    pfm.local_step(theta, [torch.tensor([0.2, 0.4])], LocalRound(lr=0.5, K=4, global_params=[]), state)
     g = torch.tensor([0.2, 0.4]) + 0.1 * torch.tensor([1.0, -2.0]) + 0.9 * torch.tensor([2.0, 4.0]) / 4
     assert torch.allclose(theta[0], torch.tensor([1.0, -2.0]) - 0.5 * g)
+
+
+@pytest.mark.parametrize("kind", ["adam", "yogi", "adagrad"])
+def test_adaptive_server_optimizers_follow_reddi_et_al(kind):
+    """Alg. 2 of Adaptive Federated Optimization over two rounds, with their Δ_t = −(Θ − Σ w_i θ_i)."""
+    lr, b1, b2, tau = 0.1, 0.8, 0.9, 0.01
+    opt = ServerOptimizer.build(kind, lr, beta1=b1, beta2=b2, tau=tau)
+    theta = torch.tensor([1.0, -2.0, 0.5])
+    state = opt.init(theta)
+    m, v = torch.zeros(3), torch.full((3,), tau ** 2)
+    expected = theta.clone()
+    for mean in (torch.tensor([0.8, -1.0, 0.5]), torch.tensor([0.7, -0.5, 0.9])):
+        d = mean - expected                                     # Reddi's Δ_t
+        m = b1 * m + (1 - b1) * d
+        if kind == "adam":
+            v = b2 * v + (1 - b2) * d * d
+        elif kind == "yogi":
+            v = v - (1 - b2) * d * d * torch.sign(v - d * d)
+        else:
+            v = v + d * d
+        expected = expected + lr * m / (v.sqrt() + tau)
+        opt.apply(theta, mean, state)
+        assert torch.allclose(theta, expected, atol=1e-12, rtol=0)
+    assert torch.allclose(state["v"], v, atol=1e-15, rtol=0)
+
+
+def test_sgd_server_optimizer_with_lr_1_is_the_average_bit_for_bit_and_scales_otherwise():
+    theta, mean = torch.tensor([1.0, 2.0]), torch.tensor([0.3, 0.7])
+    assert torch.equal(ServerOptimizer.build("sgd").apply(theta.clone(), mean, {}), mean)
+    assert torch.allclose(ServerOptimizer.build("sgd", 0.5).apply(theta.clone(), mean, {}), (theta + mean) / 2)
+
+
+def test_only_plain_averaging_rules_form_the_average_straight_into_theta():
+    from fedmpi.algorithms import build_algorithm
+    from fedmpi.config import load_config
+
+    def averages(*overrides):
+        return build_algorithm(load_config(None, list(overrides))).server_averages
+
+    assert averages("fed.algorithm=pfm") and averages("fed.algorithm=fedavg")
+    assert not averages("fed.algorithm=fedavg", "fed.server.lr=0.5")
+    assert not averages("fed.algorithm=fedavgm") and not averages("fed.algorithm=scaffold")
+    assert not averages("fed.algorithm=fedadam") and not averages("fed.algorithm=mime_lite")

@@ -61,8 +61,10 @@ def write_log(path: Path, *, algorithm: str, overrides: list[str], seed: int, ro
         round_time = float(rng.uniform(1.5, 2.5))
         wall += round_time
         step = (r + 1) * cfg.fed.K
+        ips, moved = float(rng.uniform(150, 250)), int(rng.integers(1e6, 2e6))
         log.append("rounds", round=r, step=step, lr=cfg.lr_at_round(r), wall_time=wall, round_time=round_time,
-                   images_per_s=float(rng.uniform(150, 250)), bytes_moved=int(rng.integers(1e6, 2e6)),
+                   images_per_s=ips, bytes_moved=moved, bytes_up=moved // 2, bytes_down=moved // 4,
+                   bytes_intra=moved - moved // 2 - moved // 4, fv_iterations=fv_iterations,
                    loss=loss, party_images_per_s=rng.uniform(40, 90, P))
         if (r + 1) % 4 == 0 or r == rounds - 1:
             row = {"round": r, "step": step}
@@ -356,7 +358,7 @@ def test_weights_trace_and_norm_comparison(sweep, tmp_path):
 
 
 def test_weights_needs_fv_runs(sweep, capsys):
-    from tools.analysis_common import cli
+    from tools.runs import cli
     from tools.weights import main
     assert cli(main, [str(sweep / "runs" / "k10_pfm")]) == 2
     assert capsys.readouterr().err == ("error: no run has FV iterations in its log (only runs with "
@@ -458,7 +460,8 @@ WRITER = textwrap.dedent("""
         n = log.f["rounds/round"].shape[0]
         if cmd == "round":
             log.append("rounds", round=n, step=(n + 1) * 10, lr=0.1, wall_time=n + 1.0, round_time=1.0,
-                       images_per_s=100.0, bytes_moved=10, loss=np.array([n + 1.0, n + 2.0, n + 3.0]),
+                       images_per_s=100.0, bytes_moved=10, bytes_up=4, bytes_down=4, bytes_intra=2, fv_iterations=0,
+                       loss=np.array([n + 1.0, n + 2.0, n + 3.0]),
                        party_images_per_s=np.ones(3))
         elif cmd == "partial":   # what a reader can meet mid-append: some columns one row longer
             for name in ("round", "step", "loss"):
@@ -472,6 +475,7 @@ WRITER = textwrap.dedent("""
 
 
 def test_tools_read_a_log_while_the_run_writes_it(tmp_path, capsys):
+    from tools.runs import AnalysisError
     from tools.summary import main
     path = tmp_path / "live" / "log.h5"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdin=subprocess.PIPE,
@@ -490,7 +494,8 @@ def test_tools_read_a_log_while_the_run_writes_it(tmp_path, capsys):
             rows = [r for r in csv.reader(io.StringIO(capsys.readouterr().out)) if r and not r[0].startswith("#")]
             return {q: v["live"] for q, v in as_dict(rows).items()}
 
-        assert summary()["rounds logged"] == "0"
+        with pytest.raises(AnalysisError, match="no log.h5"):  # a new log takes its name at its first row
+            summary()
         for n in (1, 2, 3):
             tell("round")
             s = summary()
@@ -532,7 +537,7 @@ def test_a_log_of_another_schema_version_is_refused(sweep, tmp_path):
     (["{sweep}", "--setting", "x=*nomatch*"], "--setting: no run matches any of the globs (*nomatch*)"),
 ])
 def test_bad_input_gives_one_line_and_status_2(sweep, tmp_path, capsys, args, message):
-    from tools.analysis_common import cli
+    from tools.runs import cli
     from tools.table1 import main
     (tmp_path / "notes.txt").write_text("not hdf5")
     assert cli(main, [a.format(tmp=tmp_path, sweep=sweep) for a in args]) == 2
@@ -550,6 +555,17 @@ def test_every_command_has_help(module, capsys):
 
 
 def test_ema_is_initialised_with_the_first_value_and_skips_gaps():
-    from tools.analysis_common import ema
+    from tools.tables import ema
     assert ema([4.0, 2.0, np.nan, 0.0], 0.5).tolist() == [4.0, 3.0, 3.0, 1.5]
     np.testing.assert_allclose(ema([[np.nan, 1.0], [2.0, 3.0]], 0.99), [[np.nan, 1.0], [2.0, 1.02]], rtol=1e-12)
+
+
+def test_figures_go_beside_their_input_unless_told_otherwise(tmp_path):
+    from tools.plots import beside_input
+
+    run = tmp_path / "sweep" / "run"
+    run.mkdir(parents=True)
+    (run / "log.h5").write_bytes(b"")
+    assert beside_input(None, [str(tmp_path / "sweep")], "w.png") == tmp_path / "sweep" / "w.png"
+    assert beside_input(None, [str(run / "log.h5")], "c.png") == run / "c.png"
+    assert beside_input("x/y.png", [str(run)], "c.png") == Path("x/y.png")

@@ -158,7 +158,8 @@ def test_a_log_left_open_by_a_killed_server_is_released_for_the_resumed_run(tmp_
             f"log = RunLog({str(path)!r}, config_yaml='x: 1', algorithm='pfm', run_name='r', parties=['a'])\n"
             f"for r in range(4):\n"
             f"    log.append('rounds', round=r, step=r, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0,"
-            f" bytes_moved=1, loss=[float(r)], party_images_per_s=[1.0])\n"
+            f" bytes_moved=1, bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[float(r)],"
+            f" party_images_per_s=[1.0])\n"
             f"os._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     with pytest.raises(OSError):
@@ -332,7 +333,8 @@ def log_with_rounds(path, n):
     log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"])
     for r in range(n):
         log.append("rounds", round=r, step=2 * (r + 1), lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0,
-                   bytes_moved=1, loss=[float(r)], party_images_per_s=[1.0])
+                   bytes_moved=1, bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[float(r)],
+                   party_images_per_s=[1.0])
     log.close()
 
 
@@ -378,7 +380,7 @@ def test_a_new_log_takes_its_name_at_its_first_row(tmp_path):
     log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"])
     assert not path.exists()                          # a start that fails here leaves no log.h5
     log_rows = dict(round=0, step=2, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0, bytes_moved=1,
-                    loss=[0.5], party_images_per_s=[1.0])
+                    bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[0.5], party_images_per_s=[1.0])
     log.append("rounds", **log_rows)
     assert path.exists() and not list(tmp_path.glob(".*"))
     log.close()

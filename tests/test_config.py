@@ -6,7 +6,7 @@ import time
 import pytest
 import yaml
 
-from fedmpi.config import ConfigError, load_config
+from fedmpi.config import ConfigError, config_from_yaml, load_config, to_yaml
 from fedmpi.topology import build_layout
 from mpirun import ROOT, mpirun
 
@@ -64,6 +64,17 @@ def test_paper_configs_load():
     (["fed.algorithm=solo", "fed.solo_party=xyz"], "fed.solo_party: 'xyz' is not a party"),
     (["fed.K"], "fed.K: an override must look like key.path=value"),
     (["data.image_size=100"], "data.image_size: must be a multiple of 16"),
+    (["fed.algorithm=fedsgdx"], "fed.algorithm: unknown algorithm 'fedsgdx' (known: fedavg, fedavgm, pfm"),
+    (["fed.options.mu=0.1"], "fed.options.mu: unknown key"),
+    (["fed.algorithm=fedavgm", "fed.server.optimizer=adam"],
+     "fed.server.optimizer: fedavgm is defined by the momentum server optimizer; for FedAvg with adam use"),
+    (["fed.server.optimizer=rmsprop"], "fed.server.optimizer: 'rmsprop' is not one of auto, sgd, momentum"),
+    (["fed.server.lr=0"], "fed.server.lr: must be > 0"),
+    (["fed.setting=centralized", "fv.enabled=true"], "fv.enabled: FV searches weightings over parties"),
+    (["fed.setting=federated", "fed.solo_party=ga"], "fed.solo_party: only used with fed.setting=solo"),
+    (["eval.every=-1"], "eval.every: must be >= 0 (0: no evaluation)"),
+    (["eval.every=0", "eval.sets.ijbc=synthetic"],
+     "eval.sets.ijbc: is evaluated with the held-out evaluation; eval.every=0 means no evaluation"),
 ])
 def test_bad_values_are_refused_with_the_key_path(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -100,3 +111,23 @@ def test_world_size_mismatch_under_mpirun_names_the_layout():
     assert ("this layout needs 17 MPI ranks (1 server + ms1m 8 + ga 4 + vgg 4), but the job has 3"
             in out.stderr)
     assert time.monotonic() - start < 60
+
+
+def test_settings_combine_with_any_rule_and_old_configs_keep_their_meaning():
+    central = load_config(None, ["fed.setting=centralized", "fed.algorithm=pfm"])
+    assert [p.name for p in build_layout(central).parties] == ["centralized"]
+    legacy = load_config(None, ["fed.algorithm=centralized", "optim.momentum=0.5"])
+    assert (legacy.fed.setting, legacy.fed.algorithm, legacy.fed.local_momentum) == ("centralized", "fedavg", 0.5)
+    solo = load_config(None, ["fed.algorithm=solo", "fed.solo_party=ga"])
+    assert [p.name for p in build_layout(solo).parties] == ["ga"] and solo.fed.algorithm == "fedavg"
+    old_fedavgm = load_config(None, ["fed.algorithm=fedavgm", "fed.server_momentum=0.5", "fed.server_lr=2",
+                                     "fed.nesterov=false"])
+    s = old_fedavgm.fed.server
+    assert (s.momentum, s.lr, s.nesterov, s.resolved(old_fedavgm)) == (0.5, 2.0, False, "momentum")
+    again = config_from_yaml(to_yaml(old_fedavgm))  # the resolved config a log stores reads back the same
+    assert again.fed == old_fedavgm.fed
+
+
+def test_benchmark_sets_load_with_an_evaluation_schedule():
+    cfg = load_config(overrides=["eval.every=5", "eval.sets.megaface=/data/megaface"])
+    assert (cfg.eval.sets.ijbb, cfg.eval.sets.ijbc, cfg.eval.sets.megaface) == ("", "", "/data/megaface")

@@ -40,7 +40,7 @@ SHUFFLED = [
     "data.image_size=16", "data.workers=0", f"data.val_sets=[{','.join(VAL_SETS)}]", "data.val_pairs_per_fold=100",
     "model.width=0.25", "model.embedding_size=64", "model.scale=32.0", "model.margin=0.1",
     "optim.batch_size=32", f"optim.epochs={ROUNDS}", f"optim.steps_per_epoch={K}", f"optim.milestones=[{ROUNDS}]",
-    f"fed.K={K}", "fed.algorithm=fedavg", f"checkpoint.every={ROUNDS}",
+    f"fed.K={K}", "fed.algorithm=fedavg", f"checkpoint.every={ROUNDS}", f"eval.every={ROUNDS}",
     f"fv.T={T}", "fv.phi=0.3", f"fv.iterations_per_round={ITERATIONS}",
 ]
 BACKBONE_WORDS = ("score", "evaluate")
@@ -81,7 +81,7 @@ def without_fv(tmp_path_factory, data_root):
     """The same run without FV, cut to its first NOFV_ROUNDS rounds (the weighting never changes anyway)."""
     return launch(tmp_path_factory.mktemp("nofv"), data_root, "nofv", 3,
                   ["fv.enabled=false", f"optim.epochs={NOFV_ROUNDS}", f"optim.milestones=[{NOFV_ROUNDS}]",
-                   f"checkpoint.every={NOFV_ROUNDS}"])
+                   f"checkpoint.every={NOFV_ROUNDS}", f"eval.every={NOFV_ROUNDS}"])
 
 
 def test_fv_lowers_the_weight_of_the_party_with_shuffled_labels(with_fv):
@@ -191,10 +191,11 @@ def test_sets_are_dealt_round_robin_over_dedicated_validators():
         assign_sets(sets, 6)
 
 
-def test_evaluation_after_round_1_every_n_rounds_and_at_the_end():
-    assert [r for r in range(10) if evaluation_due(r, 0, 10)] == [0, 9]
+def test_evaluation_after_round_1_every_n_rounds_and_at_the_end_only_when_asked():
+    assert [r for r in range(10) if evaluation_due(r, 0, 10)] == []
+    assert [r for r in range(10) if evaluation_due(r, 10, 10)] == [0, 9]
     assert [r for r in range(10) if evaluation_due(r, 4, 10)] == [0, 3, 7, 9]
-    assert [r for r in range(1) if evaluation_due(r, 0, 1)] == [0]
+    assert [r for r in range(1) if evaluation_due(r, 1, 1)] == [0]
 
 
 def test_evaluator_metrics_map_to_the_log_columns():

@@ -91,17 +91,26 @@ def test_fig4_is_six_settings_by_five_methods():
     assert runs["f-fedface"].config == "configs/fedface_12party.yaml"
     assert runs["a-fedface"].overrides[-2:] == ("fed.algorithm=pfm", "fv.enabled=true")
     assert runs["a-fedavg-fv"].overrides[-2:] == ("fed.algorithm=fedavg", "fv.enabled=true")
-    assert runs["a-centralized"].overrides[-2:] == ("fed.algorithm=centralized", "fv.enabled=false")
+    assert runs["a-centralized"].overrides[-3:] == ("fed.setting=centralized", "fed.algorithm=fedavg",
+                                                    "fv.enabled=false")
 
 
 def test_table1_and_fig5():
     table = {r.name: r for r in plan("table1")}
     assert len(table) == 18
-    assert table["ir34-arcface-solo-ga"].overrides[-3:] == ("fed.algorithm=solo", "fed.solo_party=ga",
-                                                           "fv.enabled=false")
+    assert table["ir34-arcface-solo-ga"].overrides[-4:] == ("fed.setting=solo", "fed.algorithm=fedavg",
+                                                           "fv.enabled=false", "fed.solo_party=ga")
     fig5 = {r.name: r for r in plan("fig5")}
     assert sorted(fig5) == ["fedavg-fv-local", "fedavg-fv-moving", "fedface-local", "fedface-moving"]
     assert fig5["fedface-moving"].overrides[-1] == "fv.norm=moving"
+
+
+def test_the_rules_sweep_runs_every_registered_rule_with_and_without_fv():
+    from fedmpi.algorithms.registry import RULES
+
+    runs = {r.name: r for r in plan("rules")}
+    assert sorted(runs) == sorted([*RULES, *(f"{name}-fv" for name in RULES)])
+    assert runs["pfm-fv"].overrides[-2:] == ("fed.algorithm=pfm", "fv.enabled=true")
 
 
 @pytest.mark.parametrize("name", ["fig4", "table1", "fig5"])

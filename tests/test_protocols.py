@@ -161,7 +161,7 @@ def test_unreadable_image_names_its_file(tmp_path):
 
 
 def test_relative_draws_each_benchmark_by_its_paper_metric():
-    from tools.analysis_common import Run
+    from tools.runs import Run
     from tools.relative import relative_results
 
     def run(algorithm, values):

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.analysis_common import (CENTRALIZED_PARTY, METRIC_NAMES, AnalysisError, Run, add_figure_args,
-                                   add_pdf_arg, add_run_args, cli, collect_runs, ema, figure_legend, panel_grid,
-                                   pyplot, save_figure)
+from tools.collect import collect_runs
+from tools.plots import add_figure_args, add_pdf_arg, beside_input, figure_legend, panel_grid, pyplot, save_figure
+from tools.runs import AnalysisError, CENTRALIZED_PARTY, METRIC_NAMES, Run, add_run_args, cli
+from tools.tables import ema
 
 LINE_STYLES = ("-", "--", ":", "-.")
 DEFAULT_SMOOTH = 0.8
@@ -126,7 +127,7 @@ def main(argv=None) -> None:
     unknown = [s for s in sets if s not in logged]
     if unknown:
         raise AnalysisError(f"--sets: {', '.join(unknown)} not in the logs (logged: {', '.join(logged) or 'none'})")
-    curves_figure(runs, sets, args.metric, args.smooth, args.fig, args.pdf)
+    curves_figure(runs, sets, args.metric, args.smooth, beside_input(args.fig, args.runs, "curves.png"), args.pdf)
     if args.data:
         write_series(runs, sets, args.metric, args.smooth, args.data)
 

@@ -22,10 +22,12 @@ import sys
 from fedmpi.protocols import BENCHMARKS, metric_names
 from fedmpi.protocols.report import HEADLINE
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.analysis_common import (METHOD_COLORS, METRIC_NAMES, AnalysisError, Run, Table, add_figure_args,
-                                   add_pdf_arg, add_run_args, add_table_args, cli, collect_runs, emit, figure_legend,
-                                   grouped_bars, method_sort_key, nan_mean, panel_grid, render, runs_by_setting,
-                                   save_figure)
+from tools.collect import collect_runs, runs_by_setting
+from tools.methods import method_color, method_sort_key
+from tools.plots import (add_figure_args, add_pdf_arg, beside_input, figure_legend, grouped_bars, panel_grid,
+                         save_figure)
+from tools.runs import AnalysisError, METRIC_NAMES, Run, add_run_args, cli
+from tools.tables import Table, add_table_args, emit, nan_mean, render
 
 BASELINE = "Centralized"
 EXCLUDED = ("Centralized", "Solo")
@@ -91,7 +93,7 @@ def relative_figure(results: list[dict], metric: str, at: str, path: str, pdf: b
         entries = [e for e in results if e["setting"] == setting]
         sets = list(dict.fromkeys(s for e in entries for s in e["sets"]))
         series = {e["method"]: [dict(zip(e["sets"], e["values"])).get(s, math.nan) for s in sets] for e in entries}
-        grouped_bars(ax, sets, series, colors=METHOD_COLORS)
+        grouped_bars(ax, sets, series, colors={m: method_color(m) for m in series})
         ax.axhline(0, color="black", linewidth=0.8)
         caption = entries[0]["caption"]
         short = len(setting) <= 2 and setting != caption
@@ -131,7 +133,7 @@ def main(argv=None) -> None:
     runs = collect_runs(args.runs, args.setting)
     results = relative_results(runs, args.metric, args.at, methods)
     emit(render(relative_table(results, args.metric, args.at), args.format), args.out)
-    relative_figure(results, args.metric, args.at, args.fig, args.pdf)
+    relative_figure(results, args.metric, args.at, beside_input(args.fig, args.runs, "relative.png"), args.pdf)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,15 @@ import numpy as np
 
 from fedmpi.protocols.report import HEADLINE
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.analysis_common import (CENTRALIZED_PARTY, METRIC_NAMES, UNION_FOOTNOTE, Run, Table, add_run_args,
-                                   add_table_args, cli, collect_runs, elapsed, ema_final, emit, party_row_name,
-                                   render, throughput)
+from tools.collect import collect_runs
+from tools.runs import CENTRALIZED_PARTY, METRIC_NAMES, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
+from tools.tables import Table, add_table_args, elapsed, ema_final, emit, render, throughput
 
 DEFAULT_FACTOR = 0.99
+
+
+def _gigabytes(run: Run, column: str) -> float | None:
+    return float(run.rounds[column].sum()) / 1e9 if column in run.rounds else None
 
 
 def summary_table(runs: list[Run], factor: float = DEFAULT_FACTOR, metrics=EVAL_METRICS) -> Table:
@@ -39,8 +43,13 @@ def summary_table(runs: list[Run], factor: float = DEFAULT_FACTOR, metrics=EVAL_
     add("last step", [int(r.rounds["step"][-1]) if len(r.rounds.get("step", ())) else None for r in runs])
     add("wall time (s)", [elapsed(r.rounds) for r in runs], 1)
     add("images/s", [throughput(r.rounds) for r in runs], 1)
-    add("data moved (GB)", [float(r.rounds["bytes_moved"].sum()) / 1e9 if "bytes_moved" in r.rounds else None
-                            for r in runs], 3)
+    add("data moved (GB)", [_gigabytes(r, "bytes_moved") for r in runs], 3)
+    for column, name in (("bytes_up", "  up: parties -> server"), ("bytes_down", "  down: server -> parties"),
+                         ("bytes_intra", "  inside the parties")):
+        if any(column in r.rounds for r in runs):
+            add(f"{name} (GB)", [_gigabytes(r, column) for r in runs], 3)
+    if any(r.fv_enabled for r in runs):
+        add("FV iterations", [len(r.fv.get("round", ())) if r.fv_enabled else None for r in runs], 0)
     for party in _union(p for r in runs for p in r.parties):
         last = [_last(r.loss(party)) if party in r.parties else None for r in runs]
         smooth = [ema_final(r.loss(party), factor) if party in r.parties else None for r in runs]

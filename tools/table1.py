@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from tools.analysis_common import (CENTRALIZED_PARTY, METHOD_NAMES, UNION_FOOTNOTE, AnalysisError, Run, Table,
-                                   add_run_args, add_table_args, cli, collect_runs, ema_final, emit,
-                                   method_sort_key, nan_mean, party_row_name, render,
-                                   runs_by_setting)
+from tools.collect import collect_runs, runs_by_setting
+from tools.methods import method_order, method_sort_key
+from tools.runs import AnalysisError, CENTRALIZED_PARTY, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
+from tools.tables import Table, add_table_args, ema_final, emit, nan_mean, render
 
 DEFAULT_FACTOR = 0.99
 DEFAULT_METHODS = ("Solo", "Centralized", "FedAvg", "PFM")
@@ -27,7 +27,7 @@ def cell_runs(runs: list[Run]) -> dict[tuple[str, str, str], list[tuple[Run, str
     cells = defaultdict(list)
     for setting, members in runs_by_setting(runs).items():
         for run in members:
-            parties = [run.solo_party] if run.algorithm == "solo" else run.parties
+            parties = [run.solo_party] if run.setting == "solo" else run.parties
             for party in parties:
                 cells[(setting, party, run.method)].append((run, party))
     return cells
@@ -73,7 +73,7 @@ def parse_args(argv=None):
     parser.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
                         help=f"EMA factor (default {DEFAULT_FACTOR}, the paper's)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                        help="comma-separated columns, by method name (" + ", ".join(METHOD_NAMES.values())
+                        help="comma-separated columns, by method name (" + ", ".join(method_order())
                              + ", with +FV for FV runs), or 'all' (default: the paper's "
                              + ",".join(DEFAULT_METHODS) + ")")
     return parser.parse_args(argv)

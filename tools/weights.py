@@ -21,10 +21,12 @@ import sys
 import numpy as np
 
 from fedmpi.store.h5log import EVAL_METRICS
-from tools.analysis_common import (METRIC_NAMES, AnalysisError, Run, Table, add_figure_args, add_pdf_arg,
-                                   add_run_args, add_table_args, cli, collect_runs, emit, figure_legend,
-                                   grouped_bars, method_legend, method_sort_key, nan_mean, panel_grid, pyplot,
-                                   render, runs_by_setting, save_figure)
+from tools.collect import collect_runs, runs_by_setting
+from tools.methods import method_legend, method_sort_key
+from tools.plots import (add_figure_args, add_pdf_arg, beside_input, figure_legend, grouped_bars, panel_grid, pyplot,
+                         save_figure)
+from tools.runs import AnalysisError, METRIC_NAMES, Run, add_run_args, cli
+from tools.tables import Table, add_table_args, emit, nan_mean, render
 
 NORM_NAMES = {"local": "Local Norm", "moving": "Moving Norm"}
 NORM_COLORS = {"local": "#2ca02c", "moving": "#8c564b"}
@@ -160,11 +162,11 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     runs = fv_runs(collect_runs(args.runs, args.setting))
     text = render(weights_table(runs), args.format)
-    weights_figure(runs, args.fig, args.pdf)
+    weights_figure(runs, beside_input(args.fig, args.runs, "weights.png"), args.pdf)
     results = norm_results(runs, args.metric)
     if results:
         text += "\n" + render(norm_table(results, args.metric), args.format)
-        norm_figure(results, args.metric, args.norm_fig, args.pdf)
+        norm_figure(results, args.metric, beside_input(args.norm_fig, args.runs, "norms.png"), args.pdf)
         if all(sum((e["setting"], e["method"]) == (f["setting"], f["method"]) for f in results) < 2
                for e in results):
             print("note: no setting and method has runs with both score normalisations; Fig. 5 compares local "

@@ -1,24 +1,18 @@
-"""Federated rules as small classes with no MPI inside (see base.Algorithm)."""
-from fedmpi.algorithms.base import Algorithm
-from fedmpi.algorithms.fedavg import FedAvg
-from fedmpi.algorithms.fedavgm import FedAvgM
-from fedmpi.algorithms.pfm import PFM
+"""Federated rules as small classes with no MPI inside (see base.Algorithm), listed in registry.RULES."""
+from fedmpi.algorithms.base import Algorithm, LocalRound, views
+from fedmpi.algorithms.registry import RULES, method_key, rule
+from fedmpi.algorithms.server_optim import ServerOptimizer
 
 
 def build_algorithm(cfg) -> Algorithm:
-    """The rule a config names; centralized and solo are momentum SGD on a single party (FedAvg's rule)."""
-    o, f = cfg.optim, cfg.fed
-    common = dict(weight_decay=o.weight_decay)
-    if f.algorithm == "pfm":
-        return PFM(momentum=o.momentum, K=f.K, **common)
-    if f.algorithm == "fedavg":
-        return FedAvg(local_momentum=f.local_momentum, **common)
-    if f.algorithm == "fedavgm":
-        return FedAvgM(local_momentum=f.local_momentum, server_momentum=f.server_momentum,
-                       server_lr=f.server_lr, nesterov=f.nesterov, **common)
-    if f.algorithm in ("centralized", "solo"):
-        return FedAvg(local_momentum=o.momentum, **common)
-    raise ValueError(f"fed.algorithm: unknown algorithm {f.algorithm!r}")
+    """The rule a (validated) config names, with its options and server optimizer."""
+    from fedmpi.config import algorithm_options
+
+    cls = rule(cfg.fed.algorithm)
+    s = cfg.fed.server
+    server = ServerOptimizer.build(s.resolved(cfg), s.lr, momentum=s.momentum, nesterov=s.nesterov,
+                                   beta1=s.beta1, beta2=s.beta2, tau=s.tau)
+    return cls.from_config(cfg, algorithm_options(cfg), server)
 
 
-__all__ = ["Algorithm", "FedAvg", "FedAvgM", "PFM", "build_algorithm"]
+__all__ = ["Algorithm", "LocalRound", "RULES", "ServerOptimizer", "build_algorithm", "method_key", "rule", "views"]

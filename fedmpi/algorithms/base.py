@@ -1,38 +1,109 @@
-"""The shape every federated rule shares: a trainer-side local step on the backbone parameters and a
-server-side update from the weighted average of the parties' backbones. No MPI here: the roles move the
-tensors, these functions only do the arithmetic on them.
+"""The shape every federated rule shares (Flower's Strategy, fedjax's FederatedAlgorithm, on flat tensors):
 
-Tensors are lists of parameter tensors (a flat buffer is a list of one). `state` is a plain dict of tensors
-owned by the caller, so that checkpoints can save it as is.
+  trainer side   init_trainer_state(params)               state kept across rounds (checkpointed)
+                 local_step(params, grads, rnd, state)    one backbone step of the K local steps
+                 end_round(params, rnd, state)            fill the up payloads (rnd.up) after the K steps
+                 on_global(previous, new, lr, state)      the new global Θ arrived (PFM rebuilds M, eq. 6)
+  server side    init_server_state(theta)                 state kept across rounds (checkpointed)
+                 server_update(theta, mean, state)        Θ from Σ w_i θ_i (and the up payloads' weighted
+                                                          means), in place; down payloads live in state
+
+`up` / `down` name the extra payloads a rule moves besides θ_i and Θ, each of the size of the trainable
+parameters; the roles pack them after the backbone in one flat buffer. No MPI here: the roles move the
+tensors, a rule only does arithmetic on them. `params`, `grads` are lists of parameter tensors; `state` is a
+plain dict of tensors so that checkpoints store it as is.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import ClassVar
+
 import torch
+
+from fedmpi.algorithms.server_optim import ServerOptimizer
+
+
+@dataclass
+class NoOptions:
+    """A rule without options of its own (fed.options must be empty)."""
+
+    def validate(self, cfg) -> None:
+        pass
+
+
+@dataclass
+class LocalRound:
+    """What a trainer's local steps of one round see besides the parameters and the gradients."""
+    lr: float
+    K: int
+    global_params: list[torch.Tensor]                      # Θ at the round's start, shaped like params
+    down: dict[str, list[torch.Tensor]] = field(default_factory=dict)   # the round's down payloads
+    up: dict[str, list[torch.Tensor]] = field(default_factory=dict)     # the up payloads, to fill
+    step: int = 0                                          # index of the local step within the round
 
 
 class Algorithm:
-    name = "base"
+    name: ClassVar[str] = "base"
+    label: ClassVar[str] = "Base"            # in tables and figures
+    color: ClassVar[str] = "#7f7f7f"
+    Options: ClassVar[type] = NoOptions      # the fed.options section
+    server_optimizer: ClassVar[str] = "sgd"  # what fed.server.optimizer=auto means for this rule
+    fixed_server_optimizer: ClassVar[bool] = False   # True: fed.server.optimizer may not name another one
+    up: ClassVar[tuple[str, ...]] = ()
+    down: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, *, weight_decay: float = 0.0, **_):
+    def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
+                 server: ServerOptimizer | None = None):
+        self.options = options if options is not None else self.Options()
         self.weight_decay = weight_decay
+        self.local_momentum = local_momentum
+        self.server = server if server is not None else ServerOptimizer.build("sgd")
+
+    @classmethod
+    def from_config(cls, cfg, options, server: ServerOptimizer) -> "Algorithm":
+        return cls(options, weight_decay=cfg.optim.weight_decay, local_momentum=cfg.fed.local_momentum,
+                   server=server)
 
     # ---- trainer side
     def init_trainer_state(self, params: list[torch.Tensor]) -> dict:
-        return {}
+        if not self.local_momentum:
+            return {}
+        return {"momentum": [torch.zeros_like(p) for p in params]}
 
-    def local_step(self, params: list[torch.Tensor], grads: list[torch.Tensor], lr: float, state: dict) -> None:
-        raise NotImplementedError
+    def local_step(self, params: list[torch.Tensor], grads: list[torch.Tensor], rnd: LocalRound,
+                   state: dict) -> None:
+        """Local (momentum) SGD, PyTorch's convention; rules change the gradient first. Mutates grads."""
+        add_weight_decay(grads, params, self.weight_decay)
+        self.correct(params, grads, rnd, state)
+        momentum_sgd(params, grads, rnd.lr, self.local_momentum, state.get("momentum"))
+
+    def correct(self, params, grads, rnd: LocalRound, state: dict) -> None:
+        """Change the weight-decayed gradient before the step (FedProx, SCAFFOLD, MIME-lite)."""
+
+    def end_round(self, params: list[torch.Tensor], rnd: LocalRound, state: dict) -> None:
+        """After the K local steps: fill rnd.up."""
 
     def on_global(self, previous: torch.Tensor, new: torch.Tensor, lr: float, state: dict) -> None:
         """Called on every trainer after a round with the previous and new global parameters (flat)."""
 
     # ---- server side
-    def init_server_state(self, theta: torch.Tensor) -> dict:
-        return {}
+    def init_server_state(self, theta: torch.Tensor, down: dict[str, torch.Tensor] | None = None) -> dict:
+        """The server optimizer's state; rules with down payloads keep them (views into the global payload,
+        zero at the start) in this dict, so that a checkpoint restores what the trainers are sent."""
+        return self.server.init(theta)
 
-    def server_update(self, theta: torch.Tensor, average: torch.Tensor, state: dict) -> torch.Tensor:
-        """New global parameters from the current ones and the weighted average sum_i w_i theta_i (eq. 4)."""
-        return average
+    @property
+    def server_averages(self) -> bool:
+        """Θ after the server step is the weighted average itself (FedAvg, PFM: eq. 4), with no payload besides
+        θ: the roles may then form the average straight into Θ and skip server_update."""
+        return (not self.up and not self.down and self.server.averages
+                and type(self).server_update is Algorithm.server_update)
+
+    def server_update(self, theta: torch.Tensor, mean: dict[str, torch.Tensor], state: dict,
+                      participation: float = 1.0) -> torch.Tensor:
+        """Θ ← server optimizer step on Δ = Θ − Σ_i w_i θ_i (mean["theta"]), in place; returns theta.
+        mean[name]: Σ_i w_i of each up payload; participation: fraction of all clients that took part."""
+        return self.server.apply(theta, mean["theta"], state)
 
 
 def add_weight_decay(grads: list[torch.Tensor], params: list[torch.Tensor], weight_decay: float) -> None:
@@ -40,12 +111,21 @@ def add_weight_decay(grads: list[torch.Tensor], params: list[torch.Tensor], weig
         torch._foreach_add_(grads, params, alpha=weight_decay)
 
 
-def momentum_sgd_step(params, grads, lr: float, momentum: float, weight_decay: float, buffers: list | None):
-    """PyTorch's SGD (no dampening, not Nesterov): buf <- momentum*buf + g; p <- p - lr*buf. Mutates grads."""
-    add_weight_decay(grads, params, weight_decay)
+def momentum_sgd(params, grads, lr: float, momentum: float, buffers: list | None) -> None:
+    """PyTorch's SGD (no dampening, not Nesterov): buf <- momentum*buf + g; p <- p - lr*buf."""
     if momentum:
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads)
         torch._foreach_add_(params, buffers, alpha=-lr)
     else:
         torch._foreach_add_(params, grads, alpha=-lr)
+
+
+def views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The parameter-shaped views of a flat buffer (no copy)."""
+    out, offset = [], 0
+    for p in like:
+        n = p.numel()
+        out.append(flat[offset:offset + n].view_as(p))
+        offset += n
+    return out

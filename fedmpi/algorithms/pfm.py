@@ -14,27 +14,33 @@ from fedmpi.algorithms.base import Algorithm, add_weight_decay
 
 
 class PFM(Algorithm):
+    """β is optim.momentum (the paper uses one β for the classifier, eq. 1-2, and the global momentum)."""
     name = "pfm"
+    label = "PFM"
+    color = "#ff7f0e"
 
-    def __init__(self, *, momentum: float = 0.9, K: int = 1, weight_decay: float = 0.0, **_):
-        super().__init__(weight_decay=weight_decay)
+    def __init__(self, options=None, *, momentum: float = 0.9, **kw):
+        super().__init__(options, **kw)
         self.beta = momentum
-        self.K = K
+
+    @classmethod
+    def from_config(cls, cfg, options, server):
+        return cls(options, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay, server=server)
 
     def init_trainer_state(self, params):
         return {"global_momentum": torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
                                                device=params[0].device)}
 
-    def local_step(self, params, grads, lr, state):
+    def local_step(self, params, grads, rnd, state):
         add_weight_decay(grads, params, self.weight_decay)
         M = state["global_momentum"]
         if self.beta:  # eq. 3
             offset = 0
             for g in grads:
                 n = g.numel()
-                g.add_(M[offset:offset + n].view_as(g), alpha=self.beta / self.K)
+                g.add_(M[offset:offset + n].view_as(g), alpha=self.beta / rnd.K)
                 offset += n
-        torch._foreach_add_(params, grads, alpha=-lr)
+        torch._foreach_add_(params, grads, alpha=-rnd.lr)
 
     def on_global(self, previous, new, lr, state):
         # eq. 6: M_r = beta*M_{r-1} + G_r = (Theta_{r-1} - Theta_r) / eta_r

@@ -1,5 +1,5 @@
-"""Held-out evaluation of the global model Θ on every validation set: after round 1, every `eval.every`
-rounds, and after the last round. Each evaluated fold's threshold comes from the other 9 folds (the FV folds
+"""Held-out evaluation of the global model Θ on every validation set, when asked for (eval.every = N > 0):
+after round 1, every N rounds, and after the last round; eval.every = 0 evaluates nothing. Each evaluated fold's threshold comes from the other 9 folds (the FV folds
 included); the validators compute the metrics, the server logs them to /eval and prints them, and at the end
 prints a table of the final model's accuracy next to the first round's. The large-scale benchmarks
 (`eval.sets`, fedmpi.roles.benchmarks) are evaluated on the server at the same rounds and logged in the same
@@ -20,8 +20,9 @@ assert set(LOG_METRIC.values()) == set(EVAL_METRICS)
 
 
 def evaluation_due(r: int, every: int, rounds: int) -> bool:
-    """Round r (0-based) ends with an evaluation: the first round, every `every` rounds, the last round."""
-    return r == 0 or r == rounds - 1 or (every > 0 and (r + 1) % every == 0)
+    """Round r (0-based) ends with an evaluation: with every > 0, the first round, every `every` rounds and the
+    last round; with every = 0, none."""
+    return every > 0 and (r == 0 or r == rounds - 1 or (r + 1) % every == 0)
 
 
 def log_row(r: int, step: int, results: dict[str, dict[str, float]],

@@ -1,42 +1,114 @@
-"""The backbone exchange of a round, as flat buffers over torch.distributed.
+"""The round's exchange, as flat buffers over torch.distributed (see docs/ARCHITECTURE.md, "The round loop").
 
-Up:   party leaders -> server, a gather over the leaders group (the server needs each theta_i for FV).
+An upload is `[θ_i (D) | the rule's up payloads (n each)]`, the global payload `[Θ (D) | down payloads]`.
+Up:   party leaders -> server, a gather over the leaders group into a [P+1, D_up] buffer kept across rounds
+      (two alternating when FV reads the previous round's rows while the next gather lands).
 Down: server -> leaders (broadcast over the leaders group), then leader -> its party's ranks (broadcast over
       the party group, which stays inside the party's nodes).
+Statistics: every trainer rank sends its round's numbers to the server over MPI.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from fedmpi.comm import group_label, naming_failures
-from fedmpi.roles.context import Context
+from fedmpi import comm
+from fedmpi.aggregation import PartyRows
+from fedmpi.algorithms.base import views
+from fedmpi.roles.context import BackboneState, Context
 from fedmpi.topology import SERVER, Party
 
 
-def send_local(ctx: Context, theta_local: torch.Tensor) -> None:
-    with naming_failures(f"gather of theta_i over {group_label('leaders', ctx.groups.leaders)}"):
-        dist.gather(theta_local, None, dst=SERVER, group=ctx.groups.leaders)
+class Payloads:
+    """One flat buffer `[θ (D) | payload 1 (n) | ...]` and its named parts (n = trainable values)."""
+
+    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype):
+        D, n = state.numel, state.n_trainable
+        self.flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
+        self.theta = self.flat[:D]
+        self.trainable = self.flat[:n]
+        self.extra = {name: self.flat[D + i * n: D + (i + 1) * n] for i, name in enumerate(names)}
+
+    def as_params(self, like: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+        return {name: views(flat, like) for name, flat in self.extra.items()}
 
 
-def gather_locals(ctx: Context, theta: torch.Tensor, out: list[torch.Tensor]) -> list[torch.Tensor]:
-    """On the server: theta_i of every party, in party order (out[0] receives the server's own dummy)."""
-    with naming_failures(f"gather of theta_i over {group_label('leaders', ctx.groups.leaders)}"):
-        dist.gather(theta, out, dst=SERVER, group=ctx.groups.leaders)
-    return out[1:]
+class SiloExchange:
+    """The server's side: every party's leader uploads each round (the silo setting)."""
+
+    participation = 1.0
+
+    def __init__(self, ctx: Context, up_numel: int, down_numel: int, buffers: int = 1):
+        self.ctx = ctx
+        P = len(ctx.layout.parties)
+        self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device, lead=1)
+                         for _ in range(buffers)]
+        self._next = 0
+        self._latest: PartyRows | None = None
+        self._work = None
+        self._sizes = (up_numel, down_numel)
+
+    def post(self, r: int) -> None:
+        into = self._buffers[self._next]
+        self._pending = into
+        self._work = dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER,
+                                 group=self.ctx.groups.leaders, async_op=True)
+
+    def is_complete(self) -> bool:
+        return self._work.is_completed()
+
+    def wait(self) -> None:
+        leaders = comm.group_label("leaders", self.ctx.groups.leaders)
+        with comm.naming_failures(f"gather of the uploads over {leaders}"):
+            self._work.wait()
+        self._latest, self._work = self._pending, None
+        self._next = (self._next + 1) % len(self._buffers)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """[P, D_up]: the uploads of the last completed round, party by party."""
+        return self._latest.rows
+
+    def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
+        return self._latest.weighted_sum(w, out)
+
+    def send(self, down: torch.Tensor) -> None:
+        broadcast_global(self.ctx, down)
+
+    def round_stats(self, r: int) -> list:
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                            comm=self.ctx.mpi_fed, root=SERVER)
+        return [s for s in stats if s is not None]
+
+    def bytes_per_round(self) -> dict[str, int]:
+        """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
+        intra: each leader's broadcast to the other ranks of its party (stays inside the party)."""
+        item = torch.empty((), dtype=self.ctx.dtype).element_size()
+        up, down = (n * item for n in self._sizes)
+        parties = self.ctx.layout.parties
+        return {"up": up * len(parties), "down": down * len(parties),
+                "intra": down * sum(len(p.ranks) - 1 for p in parties)}
 
 
-def broadcast_global(ctx: Context, theta: torch.Tensor) -> None:
-    with naming_failures(f"broadcast of Theta over {group_label('leaders', ctx.groups.leaders)}"):
-        dist.broadcast(theta, src=SERVER, group=ctx.groups.leaders)
+# ---------------------------------------------------------------- the trainer's side
 
 
-def receive_global(ctx: Context, party: Party, theta: torch.Tensor) -> None:
+def send_local(ctx: Context, upload: torch.Tensor) -> None:
+    with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+
+
+def broadcast_global(ctx: Context, down: torch.Tensor) -> None:
+    with comm.naming_failures(f"broadcast of Theta over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
+
+
+def receive_global(ctx: Context, party: Party, down: torch.Tensor) -> None:
     if ctx.rank == party.leader:
-        broadcast_global(ctx, theta)
+        broadcast_global(ctx, down)
     if ctx.groups.party is not None:
-        with naming_failures(f"broadcast of Theta over {group_label(party.name, ctx.groups.party)}"):
-            dist.broadcast(theta, src=party.leader, group=ctx.groups.party)
+        with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, ctx.groups.party)}"):
+            dist.broadcast(down, src=party.leader, group=ctx.groups.party)
 
 
 def round_statistics(r: int) -> str:
@@ -44,9 +116,6 @@ def round_statistics(r: int) -> str:
     return f"round {r + 1} statistics (gather over server + trainers)"
 
 
-def weighted_average(thetas: list[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
-    """sum_i w_i theta_i (eq. 4)."""
-    out = torch.zeros_like(thetas[0])
-    for theta, wi in zip(thetas, w.tolist()):
-        out.add_(theta, alpha=wi)
-    return out
+def report(ctx: Context, r: int, stats: dict) -> None:
+    comm.gather(stats, what=round_statistics(r), timeout_s=ctx.cfg.run.collective_timeout_s, comm=ctx.mpi_fed,
+                root=SERVER)

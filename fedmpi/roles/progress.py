@@ -23,14 +23,15 @@ class Progress:
         self.last_loss: np.ndarray | None = None
         self.started = time.time()
 
-    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float) -> None:
+    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, fv: int | None = None) -> None:
         if self.first_loss is None:
             self.first_loss = loss.copy()
         self.last_loss = loss.copy()
         done = r + 1
         eta = wall_time / done * (self.rounds - done)
         losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
-        self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
+        fv_part = "" if fv is None else f"fv {fv} it  "
+        self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  {fv_part}"
                           f"elapsed {_duration(wall_time)}  eta {_duration(eta)}\n")
         self.stream.flush()
 

@@ -1,5 +1,7 @@
-"""The server rank: holds the global backbone Theta and the weighting w, aggregates the parties' backbones
-every round (eq. 4, then the rule's server update), writes the run log, prints progress."""
+"""The server rank: the round loop. It holds the global payload (Θ and the rule's down payloads) and the
+rule's server state; each round it receives the uploads through its exchange, weights them (FV or fixed w),
+aggregates, steps the server optimizer, sends the new global payload, logs, does its side work and
+checkpoints. See docs/ARCHITECTURE.md, "The round loop and its exchange"."""
 from __future__ import annotations
 
 import time
@@ -8,58 +10,69 @@ import numpy as np
 import torch
 
 from fedmpi import comm
-from fedmpi.algorithms import build_algorithm
+from fedmpi.algorithms import build_algorithm, method_key
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
-from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
 from fedmpi.roles.benchmarks import log_columns as benchmark_columns
-from fedmpi.roles.exchange import broadcast_global, round_statistics, weighted_average
-from fedmpi.roles.federated_validation import ServerValidation
+from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
+from fedmpi.roles.exchange import Payloads, SiloExchange
 from fedmpi.roles.progress import Progress
-from fedmpi.store.checkpoint import (SERVER_PART, Checkpointer, capture_rng, copy_into, read_part,
-                                     restore_rng)
+from fedmpi.roles.side_work import SideWork
+from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
 from fedmpi.store.h5log import RunLog
 
 
 class Server:
     def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None,
-                 config_changes: dict | None = None):
+                 exchange=None, config_changes: dict | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(self.backbone)
-        self.theta = self.state.read()
         self.algorithm = build_algorithm(cfg)
-        n = self.state.n_trainable
-        self.algo_state = self.algorithm.init_server_state(self.theta[:n])
-        self.w = initial_weights(cfg, ctx.layout)
+        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
+        self.mean = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype)
+        self.theta = self.down.theta
+        self.state.read(self.theta)
+        self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
         self.parties = [p.name for p in ctx.layout.parties]
         self.run_dir = run_dir
-        self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg), algorithm=cfg.fed.algorithm,
-                          run_name=run_dir.name, parties=self.parties, data=data_description,
-                          val_sets=list(cfg.data.val_sets), fv_candidates=cfg.fv.T if cfg.fv.enabled else 0,
-                          resume_round=resume_round, config_changes=config_changes,
-                          eval_columns=benchmark_columns(cfg))
-        self.validation = ServerValidation(ctx, self.log, self.parties, self.w)  # FV + evaluation
+        self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
+                          algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
+                          parties=self.parties, data=data_description,
+                          val_sets=list(cfg.data.val_sets),
+                          fv_candidates=cfg.fv.T if cfg.fv.enabled else 0, resume_round=resume_round,
+                          config_changes=config_changes, eval_columns=benchmark_columns(cfg))
+        self.side = SideWork(ctx, self.log, self.parties, initial_weights(cfg, ctx.layout))
+        self.exchange = exchange or SiloExchange(ctx, self.mean.flat.numel(), self.down.flat.numel(),
+                                                 buffers=2 if cfg.fv.enabled else 1)
         self.progress = Progress(cfg.rounds, self.parties)
-        self._slots = [torch.empty_like(self.theta) for _ in range(1 + len(self.parties))]
+        self.w = self.side.weighting.for_round(-1, None)
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
         self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
-        cfg = self.ctx.cfg
-        broadcast_global(self.ctx, self.theta)
+        cfg, exchange, side = self.ctx.cfg, self.exchange, self.side
+        D = self.state.numel
+        exchange.send(self.down.flat)
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
             with comm.naming_failures(f"round {r + 1}"):
-                thetas, self.w = self.validation.gather(r, self.theta, self._slots, self.w)
-                self.aggregate(thetas)
-                broadcast_global(self.ctx, self.theta)
-                stats = comm.gather(None, what=round_statistics(r), timeout_s=cfg.run.collective_timeout_s,
-                                    comm=self.ctx.mpi_fed)
+                exchange.post(r)
+                side.work_until(exchange.is_complete, r)
+                exchange.wait()
+                rows = exchange.rows
+                self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
+                if self.algorithm.server_averages:                             # Θ = Σ w_i θ_i (eq. 4)
+                    exchange.weighted_mean(self.w, self.down.flat)
+                else:                                                          # mean = Σ w_i u_i, server step
+                    exchange.weighted_mean(self.w, self.mean.flat)
+                    self.aggregate()
+                exchange.send(self.down.flat)
+                stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
-            self.validation.round_done(r, self.theta)
+            side.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
                     r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):
                 self.finish(preempted=True)
@@ -67,12 +80,13 @@ class Server:
         self.finish()
         return 0
 
-    def aggregate(self, thetas: list[torch.Tensor]) -> None:
-        average = weighted_average(thetas, self.w)
+    def aggregate(self) -> None:
+        """The rule's server step on the trainable prefix; BN statistics and frozen parameters: the average."""
         n = self.state.n_trainable
-        new = average  # BN running statistics and frozen parameters: the weighted average
-        new[:n] = self.algorithm.server_update(self.theta[:n], average[:n], self.algo_state)
-        self.theta.copy_(new)
+        mean = {"theta": self.mean.trainable, **self.mean.extra}
+        self.algorithm.server_update(self.down.trainable, mean, self.algo_state,
+                                     participation=self.exchange.participation)
+        self.theta[n:].copy_(self.mean.theta[n:])
 
     def record(self, r: int, stats: list, round_time: float, wall_time: float) -> None:
         cfg = self.ctx.cfg
@@ -80,38 +94,31 @@ class Server:
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
         bad = np.zeros(P, dtype=np.int64)
         for s in stats:
-            if s is None:
-                continue
             i = s["party"]
-            bad[i] += s["bad_records"]
+            bad[i] += s.get("bad_records", 0)
             loss[i] += s["loss"]
             images[i] += s["images"]
             seconds[i] = max(seconds[i], s["seconds"])
             count[i] += 1
         loss /= np.maximum(count, 1)
         party_ips = images / np.maximum(seconds, 1e-9)
-        bytes_moved = self.bytes_per_round()
+        moved = self.exchange.bytes_per_round()
+        fv = self.side.fv_iterations
         self.log.append("rounds", round=r, step=(r + 1) * cfg.fed.K, lr=cfg.lr_at_round(r), wall_time=wall_time,
-                        round_time=round_time, images_per_s=images.sum() / round_time, bytes_moved=bytes_moved,
-                        loss=loss, party_images_per_s=party_ips)
-        self.progress.line(r, loss, images.sum() / round_time, wall_time)
+                        round_time=round_time, images_per_s=images.sum() / round_time,
+                        bytes_moved=sum(moved.values()), bytes_up=moved["up"], bytes_down=moved["down"],
+                        bytes_intra=moved["intra"], fv_iterations=fv, loss=loss, party_images_per_s=party_ips)
+        self.progress.line(r, loss, images.sum() / round_time, wall_time,
+                           fv=fv if self.side.fv is not None else None)
         if bad.any() and dict(zip(self.parties, bad.tolist())) != self.bad_records:
             self.bad_records = dict(zip(self.parties, bad.tolist()))
             self.log.record_bad_records(self.bad_records)
 
-    def bytes_per_round(self) -> int:
-        """Backbone payload moved per round: P theta_i up to the server, Theta down to P leaders, and each
-        leader's intra-party broadcast to its other ranks."""
-        B = self.state.nbytes()
-        P = len(self.parties)
-        intra = sum(len(p.ranks) - 1 for p in self.ctx.layout.parties)
-        return B * (P + P + intra)
-
     def checkpoint_parts(self, wall_time: float) -> dict:
         """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, FV state."""
-        self.validation.flush_evaluations()
+        self.side.flush_evaluations()
         tree = {"theta": self.theta, "algorithm": self.algo_state, "w": self.w, "wall_time": wall_time,
-                "validation": self.validation.state_dict(), "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+                "validation": self.side.state_dict(), "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
         return {SERVER_PART: tree}
 
     def load_checkpoint(self, folder) -> int:
@@ -120,7 +127,7 @@ class Server:
         copy_into(self.theta, saved["theta"], "theta")
         copy_into(self.algo_state, saved["algorithm"], "algorithm")
         self.w = saved["w"].to(self.w)
-        self.validation.load_state_dict(saved["validation"])
+        self.side.load_state_dict(saved["validation"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
         restore_rng(saved["rng"])
@@ -129,13 +136,13 @@ class Server:
     def finish(self, preempted: bool = False) -> None:
         cfg = self.ctx.cfg
         if cfg.run.save_final and not preempted:
-            torch.save({"theta": self.theta.cpu(), "n_trainable": self.state.n_trainable,
+            torch.save({"theta": self.theta.cpu().clone(), "n_trainable": self.state.n_trainable,
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
-        self.validation.finish()
+        self.side.finish()
         self.log.close()
         skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
                    if self.bad_records else "")
-        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.validation.summary())
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.side.summary())
 
 
 def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:

@@ -9,10 +9,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from fedmpi import comm
-from fedmpi.algorithms import build_algorithm
+from fedmpi.algorithms import LocalRound, build_algorithm, views
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
-from fedmpi.roles.exchange import receive_global, round_statistics, send_local
+from fedmpi.roles.exchange import Payloads, receive_global, report, send_local
 from fedmpi.roles.precision import Precision
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
@@ -55,9 +55,12 @@ class Trainer:
         self.dataset = open_party_dataset(self.party, cfg.data)
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(self.backbone)
-        self.global_theta = self.state.read()
+        self.algorithm = build_algorithm(cfg)
+        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)   # [Θ | down payloads]
+        self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype)       # [θ_i | up payloads]
+        self.global_theta = self.down.theta
         self.previous_theta = torch.empty_like(self.global_theta)
-        receive_global(ctx, self.party, self.global_theta)
+        receive_global(ctx, self.party, self.down.flat)
         self.state.write(self.global_theta)
         group = ctx.groups.party
         self.model = (DistributedDataParallel(self.backbone, process_group=group) if group is not None
@@ -66,7 +69,6 @@ class Trainer:
         o = cfg.optim
         self.classifier_opt = torch.optim.SGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
                                               weight_decay=o.weight_decay)  # eq. 1-2
-        self.algorithm = build_algorithm(cfg)
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
         self.precision = Precision(o.amp, ctx.device)
 
@@ -89,20 +91,20 @@ class Trainer:
                 group["lr"] = lr
             start = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+            rnd = self.local_round(lr)
             with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
-                for _ in range(K):
+                for k in range(K):
                     images, labels = next(batches)
-                    loss_sum += self.step(images.to(ctx.dtype), labels, lr)
+                    rnd.step = k
+                    loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
             mean_loss = float(loss_sum) / K
             if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
                 raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
             seconds = time.perf_counter() - start
             with comm.naming_failures(f"round {r + 1}"):
-                self.exchange(lr)
-            comm.gather({"party": self.party.index, "loss": mean_loss, "seconds": seconds,
-                         "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()},
-                        what=round_statistics(r),
-                        timeout_s=cfg.run.collective_timeout_s, comm=ctx.mpi_fed)
+                self.exchange(rnd)
+            report(ctx, r, {"party": self.party.index, "loss": mean_loss, "seconds": seconds,
+                            "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()})
             if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
                 return signals.EXIT_PREEMPTED
         return 0
@@ -111,7 +113,14 @@ class Trainer:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
         return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
 
-    def step(self, images, labels, lr) -> torch.Tensor:
+    def local_round(self, lr: float) -> LocalRound:
+        """What the rule's local steps see this round: Θ at the round's start, the down payloads, the up
+        payloads to fill (all parameter-shaped views into the exchange's buffers)."""
+        params = self.state.trainable
+        return LocalRound(lr=lr, K=self.ctx.cfg.fed.K, global_params=views(self.down.trainable, params),
+                          down=self.down.as_params(params), up=self.up.as_params(params))
+
+    def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
         with self.precision.autocast():
             embeddings = self.model(images)
             loss = self.classifier(embeddings, labels)
@@ -120,20 +129,24 @@ class Trainer:
         if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
             with torch.no_grad():
                 grads = [p.grad for p in self.state.trainable]
-                self.algorithm.local_step(self.state.trainable, grads, lr, self.algo_state)
+                self.algorithm.local_step(self.state.trainable, grads, rnd, self.algo_state)
             self.classifier_opt.step()
         for p in (*self.state.trainable, *self.classifier.parameters()):
             p.grad = None
         return loss.detach().to(torch.float64)
 
-    def exchange(self, lr: float) -> None:
-        """Send theta_i (leader), receive the new global Theta, rebuild the rule's state (PFM's M, eq. 6)."""
+    def exchange(self, rnd: LocalRound) -> None:
+        """Send θ_i and the rule's up payloads (leader), receive the new global payload, rebuild the rule's
+        state (PFM's M, eq. 6)."""
+        with torch.no_grad():
+            self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
         self.previous_theta.copy_(self.global_theta)
         if self.is_leader:
-            send_local(self.ctx, self.state.read())
-        receive_global(self.ctx, self.party, self.global_theta)
+            self.state.read(self.up.theta)
+            send_local(self.ctx, self.up.flat)
+        receive_global(self.ctx, self.party, self.down.flat)
         n = self.state.n_trainable
-        self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], lr, self.algo_state)
+        self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], rnd.lr, self.algo_state)
         self.state.write(self.global_theta)
 
     def checkpoint_parts(self) -> dict:

@@ -5,8 +5,10 @@ Layout (schema version 1):
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
   /data            attrs: one JSON description per party dataset (and the split / partition hashes)
-  /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved,
-                   loss [P] (per-party mean loss), party_images_per_s [P]
+  /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved
+                   (= bytes_up + bytes_down + bytes_intra: parties -> server, server -> party leaders, inside
+                   the parties), fv_iterations (completed in the round), loss [P] (per-party mean loss),
+                   party_images_per_s [P]
   /fv/<col>        one row per FV iteration: round, iteration, candidates [T,P], raw_scores [T,V],
                    norm_scores [T,V], chosen, w [P]           (attrs: validators = JSON list of set names)
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
@@ -27,7 +29,9 @@ import numpy as np
 SCHEMA_VERSION = 1
 
 ROUND_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "lr": ((), "f8"), "wall_time": ((), "f8"),
-                 "round_time": ((), "f8"), "images_per_s": ((), "f8"), "bytes_moved": ((), "i8")}
+                 "round_time": ((), "f8"), "images_per_s": ((), "f8"), "bytes_moved": ((), "i8"),
+                 "bytes_up": ((), "i8"), "bytes_down": ((), "i8"), "bytes_intra": ((), "i8"),
+                 "fv_iterations": ((), "i8")}
 EVAL_METRICS = ("accuracy", "accuracy_std", "tar_far_1e-3", "tar_far_1e-2")
 
 

@@ -26,7 +26,10 @@ def run_signature(cfg, layout) -> dict:
     """What a checkpoint's state depends on; a resume with any of these changed is refused. (Validators hold
     no state: their number may change.)"""
     m = cfg.model
-    algorithm = cfg.fed.algorithm + (f" ({cfg.fed.solo_party})" if cfg.fed.algorithm == "solo" else "")
+    from fedmpi.algorithms.registry import method_key
+
+    solo = f" ({cfg.fed.solo_party})" if cfg.fed.solo_party else ""
+    algorithm = method_key(cfg.fed.algorithm, cfg.fed.setting) + solo
     topology = " + ".join(["1 server", *(f"{p.name} {len(p.ranks)}" for p in layout.parties)])
     return {"topology": topology, "algorithm": algorithm, "K": cfg.fed.K,
             "model": f"{m.backbone} width {m.width} embedding {m.embedding_size} input {cfg.data.image_size} "

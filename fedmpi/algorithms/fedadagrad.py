@@ -1,0 +1,13 @@
+"""FedAdagrad (Reddi et al. 2021, Adaptive Federated Optimization, Alg. 2): FedAvg with the adagrad server optimizer
+on Δ = Θ − Σ_i w_i θ_i (fedmpi/algorithms/server_optim.py; fed.server.lr, beta1, tau)."""
+from __future__ import annotations
+
+from fedmpi.algorithms.fedavg import FedAvg
+
+
+class FedAdagrad(FedAvg):
+    name = "fedadagrad"
+    label = "FedAdagrad"
+    color = "#843c39"
+    server_optimizer = "adagrad"
+    fixed_server_optimizer = True

@@ -1,0 +1,13 @@
+"""FedAdam (Reddi et al. 2021, Adaptive Federated Optimization, Alg. 2): FedAvg with the adam server optimizer
+on Δ = Θ − Σ_i w_i θ_i (fedmpi/algorithms/server_optim.py; fed.server.lr, beta1, beta2, tau)."""
+from __future__ import annotations
+
+from fedmpi.algorithms.fedavg import FedAvg
+
+
+class FedAdam(FedAvg):
+    name = "fedadam"
+    label = "FedAdam"
+    color = "#393b79"
+    server_optimizer = "adam"
+    fixed_server_optimizer = True

@@ -1,0 +1,34 @@
+"""FedProx (Li et al. 2020, eq. 2): each party minimises its loss plus the proximal term μ/2 ‖θ − Θ‖², Θ the
+global model of the round's start; its gradient μ (θ − Θ) is added to the local gradient. μ = 0 is FedAvg
+exactly (the term is skipped, not multiplied by zero)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedmpi.algorithms.fedavg import FedAvg
+
+
+@dataclass
+class FedProxOptions:
+    mu: float = 0.01                 # proximal strength μ (Li et al. try 0.001 .. 1)
+
+    def validate(self, cfg) -> None:
+        from fedmpi.config import ConfigError
+
+        if not self.mu >= 0:
+            raise ConfigError(f"fed.options.mu: must be >= 0, got {self.mu}")
+
+
+class FedProx(FedAvg):
+    name = "fedprox"
+    label = "FedProx"
+    color = "#2ca02c"
+    Options = FedProxOptions
+
+    def correct(self, params, grads, rnd, state):
+        mu = self.options.mu
+        if mu:
+            torch._foreach_add_(grads, params, alpha=mu)                 # + μ θ
+            torch._foreach_add_(grads, rnd.global_params, alpha=-mu)     # − μ Θ

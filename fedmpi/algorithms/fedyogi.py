@@ -1,0 +1,13 @@
+"""FedYogi (Reddi et al. 2021, Adaptive Federated Optimization, Alg. 2): FedAvg with the yogi server optimizer
+on Δ = Θ − Σ_i w_i θ_i (fedmpi/algorithms/server_optim.py; fed.server.lr, beta1, beta2, tau)."""
+from __future__ import annotations
+
+from fedmpi.algorithms.fedavg import FedAvg
+
+
+class FedYogi(FedAvg):
+    name = "fedyogi"
+    label = "FedYogi"
+    color = "#637939"
+    server_optimizer = "yogi"
+    fixed_server_optimizer = True

@@ -1,0 +1,58 @@
+"""The registry of federated rules: one line per rule (name -> module:class), imported when asked for.
+
+Config choices (fed.algorithm), checkpoint compatibility, analysis labels and colours and the sweeps read the
+names from here; no rule's name is written anywhere else. The layout settings (fed.setting) are listed here
+too, with the labels the analysis tools give to their runs.
+"""
+from __future__ import annotations
+
+import importlib
+
+RULES = {
+    "fedavg": "fedmpi.algorithms.fedavg:FedAvg",
+    "fedavgm": "fedmpi.algorithms.fedavgm:FedAvgM",
+    "pfm": "fedmpi.algorithms.pfm:PFM",
+    "fedprox": "fedmpi.algorithms.fedprox:FedProx",
+    "scaffold": "fedmpi.algorithms.scaffold:Scaffold",
+    "fedadam": "fedmpi.algorithms.fedadam:FedAdam",
+    "fedyogi": "fedmpi.algorithms.fedyogi:FedYogi",
+    "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
+    "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
+}
+
+# fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
+# data), solo (fed.solo_party alone); the last two are the paper's baselines and combine with any rule.
+SETTINGS = {"federated": ("", ""), "centralized": ("Centralized", "#000000"), "solo": ("Solo", "#7f7f7f")}
+SINGLE_PARTY_SETTINGS = ("solo", "centralized")
+
+
+def rule(name: str):
+    """The class registered under `name`; a ValueError naming the known rules otherwise."""
+    if name not in RULES:
+        raise ValueError(f"fed.algorithm: unknown algorithm {name!r} (known: {', '.join(RULES)})")
+    module, _, cls = RULES[name].partition(":")
+    found = getattr(importlib.import_module(module), cls)
+    assert found.name == name, f"registry: {RULES[name]} declares name {found.name!r}, listed as {name!r}"
+    return found
+
+
+def method_key(algorithm: str, setting: str) -> str:
+    """What a run is called in logs, tables and checkpoints: the rule, or the baseline setting when the rule
+    is FedAvg (the paper's centralized / solo baselines), or both ('centralized pfm')."""
+    if setting == "federated":
+        return algorithm
+    return setting if algorithm == "fedavg" else f"{setting} {algorithm}"
+
+
+def method_label(key: str) -> tuple[str, str]:
+    """(label, colour) of a method key (see method_key) for tables and figures."""
+    setting, _, algorithm = key.rpartition(" ") if " " in key else ("", "", key)
+    if key in SETTINGS:
+        return SETTINGS[key]
+    try:
+        cls = rule(algorithm)
+    except ValueError:
+        return key, "#7f7f7f"
+    if setting:
+        return f"{SETTINGS[setting][0]} {cls.label}", SETTINGS[setting][1]
+    return cls.label, cls.color

@@ -1,0 +1,165 @@
+"""Driving a rule as the roles do, on a small problem in float64, for the algorithm tests: K local steps per
+party (up payloads filled at the end), Σ w_i of every upload, the server update, on_global; and centralized
+momentum SGD on the union batch as the reference (DESIGN.md sec. 4). Also one tiny run of a rule through
+`python -m fedmpi.run` under mpirun (2 parties, gloo) with its checkpoints."""
+import copy
+
+import pytest
+import torch
+
+from fedmpi.algorithms import LocalRound, views
+
+WD, BETA = 5e-4, 0.9
+
+
+@pytest.fixture
+def float64():
+    """These checks run in float64; restore the default so other test modules see float32."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def make_problem(parties=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    backbone = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    with torch.no_grad():
+        for p in backbone.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    heads = [torch.nn.Linear(4, 3 + i, bias=False) for i in range(parties)]
+    for h in heads:
+        with torch.no_grad():
+            h.weight.copy_(torch.randn(h.weight.shape, generator=g))
+    batch_sizes = [4 + 2 * i for i in range(parties)]
+    data = [[(torch.randn(b, 6, generator=g), torch.randint(0, 3 + i, (b,), generator=g)) for _ in range(12)]
+            for i, b in enumerate(batch_sizes)]
+    return backbone, heads, batch_sizes, data
+
+
+def party_loss(backbone, head, batch):
+    x, y = batch
+    return torch.nn.functional.cross_entropy(head(backbone(x)), y)
+
+
+def flat(module):
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA, parties=3):
+    """Drive a rule exactly as the roles do: K local steps per party (with its up payloads filled at the end),
+    then aggregate Σ w_i of every upload, the server update, then on_global on every party."""
+    backbone, heads, sizes, data = make_problem(parties)
+    theta = flat(backbone)
+    n = theta.numel()
+    down = {name: torch.zeros(n) for name in algorithm.down}
+    server_state = algorithm.init_server_state(theta, down)
+    locals_ = [copy.deepcopy(backbone) for _ in heads]
+    states = [algorithm.init_trainer_state(list(m.parameters())) for m in locals_]
+    opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD) for h in heads]
+    for r in range(rounds):
+        lr = lrs[r]
+        uploads = []
+        for i, (model, head) in enumerate(zip(locals_, heads)):
+            params = list(model.parameters())
+            up = {name: torch.zeros(n) for name in algorithm.up}
+            rnd = LocalRound(lr=lr, K=K, global_params=views(theta.clone(), params),
+                             down={k: views(v, params) for k, v in down.items()},
+                             up={k: views(v, params) for k, v in up.items()})
+            for group in opts[i].param_groups:
+                group["lr"] = lr
+            for k in range(K):
+                rnd.step = k
+                loss = party_loss(model, head, data[i][r * K + k])
+                loss.backward()
+                with torch.no_grad():
+                    algorithm.local_step(params, [p.grad for p in params], rnd, states[i])
+                opts[i].step()
+                for p in (*params, *head.parameters()):
+                    p.grad = None
+            with torch.no_grad():
+                algorithm.end_round(params, rnd, states[i])
+            uploads.append({"theta": flat(model), **up})
+        mean = {key: sum(w * u[key] for w, u in zip(weights, uploads)) for key in uploads[0]}
+        previous = theta.clone()
+        algorithm.server_update(theta, mean, server_state)
+        for s in states:
+            algorithm.on_global(previous, theta, lr, s)
+        for m in locals_:
+            with torch.no_grad():
+                torch.nn.utils.vector_to_parameters(theta.clone(), m.parameters())
+    return theta
+
+
+def centralized(rounds, lrs, weights, momentum=BETA, classifier_momentum=BETA):
+    """Momentum SGD on the union batch: backbone gradient = sum_i w_i grad L_i, each classifier its own grad."""
+    backbone, heads, sizes, data = make_problem()
+    opt = torch.optim.SGD(backbone.parameters(), lr=lrs[0], momentum=momentum, weight_decay=WD)
+    head_opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD)
+                 for h in heads]
+    for r in range(rounds):
+        for o in (opt, *head_opts):
+            for group in o.param_groups:
+                group["lr"] = lrs[r]
+        losses = [party_loss(backbone, h, data[i][r]) for i, h in enumerate(heads)]
+        backbone_grads = [torch.autograd.grad(l, list(backbone.parameters()), retain_graph=True) for l in losses]
+        for i, (l, h) in enumerate(zip(losses, heads)):
+            (gw,) = torch.autograd.grad(l, [h.weight])
+            h.weight.grad = gw
+        for j, p in enumerate(backbone.parameters()):
+            p.grad = sum(w * g[j] for w, g in zip(weights, backbone_grads))
+        opt.step()
+        for o in head_opts:
+            o.step()
+    return flat(backbone)
+
+
+def batch_weights():
+    _, _, sizes, _ = make_problem()
+    total = sum(sizes)
+    return [s / total for s in sizes]
+
+
+LRS = [0.1] * 4 + [0.01] * 4  # a milestone on a round boundary
+
+
+def launch_rule(tmp_path, name: str, overrides: list[str], rounds: int = 2, K: int = 2):
+    """A tiny run of a rule under mpirun: party a of 2 ranks, party b of 1, float64, a checkpoint every round.
+    Returns the run folder."""
+    from mpirun import mpirun
+    from test_equivalence_mpi import SMALL
+
+    args = ["-m", "fedmpi.run", *SMALL, f"fed.K={K}", f"optim.steps_per_epoch={K * rounds}", "optim.epochs=1",
+            "optim.milestones=[]", "checkpoint.every=1", f"checkpoint.keep={rounds}", *overrides,
+            f"log.dir={tmp_path}", f"log.name={name}", f"data.root={tmp_path / 'data'}"]
+    out = mpirun(4, args, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return tmp_path / name
+
+
+def checkpoint_parts(run_dir, rounds_done: int) -> dict:
+    """{part name: tree} of the run's checkpoint after `rounds_done` rounds."""
+    from fedmpi.store.checkpoint import read_part, round_folder_name
+
+    folder = run_dir / "ckpt" / round_folder_name(rounds_done)
+    return {path.name: read_part(path) for path in sorted(folder.glob("*.h5"))}
+
+
+def assert_adaptive_server_step(run_dir, kind: str, lr: float, beta1: float, beta2: float, tau: float) -> None:
+    """From the checkpoints after rounds 1 and 2 of a run: round 2's server step is Reddi et al.'s update
+    (Alg. 2) of the state after round 1 — Δ (= Θ − Σ w_i θ_i) recovered from m, then v and Θ checked."""
+    one, two = (checkpoint_parts(run_dir, r)["server.h5"] for r in (1, 2))
+    m1, v1, m2, v2 = one["algorithm"]["m"], one["algorithm"]["v"], two["algorithm"]["m"], two["algorithm"]["v"]
+    n = m1.numel()
+    delta = (m2 - beta1 * m1) / (1 - beta1)
+    square = delta * delta
+    if kind == "adam":
+        v = beta2 * v1 + (1 - beta2) * square
+    elif kind == "yogi":
+        v = v1 - (1 - beta2) * square * torch.sign(v1 - square)
+    else:
+        v = v1 + square
+    assert delta.abs().max() > 1e-8
+    assert torch.allclose(v2, v, atol=1e-12, rtol=1e-9)
+    theta = one["theta"][:n] - lr * m2 / (v2.sqrt() + tau)
+    assert torch.allclose(two["theta"][:n], theta, atol=1e-12, rtol=1e-9)

@@ -1,0 +1,21 @@
+"""FedAdagrad: FedAvg with the adagrad server optimizer (Reddi et al. 2021); the rule picks it (fed.server.optimizer=auto,
+lr 0.01) and refuses another; under mpirun the server's second step is Alg. 2's update of its first."""
+import pytest
+
+from algorithm_harness import assert_adaptive_server_step, launch_rule
+from fedmpi.algorithms import build_algorithm
+from fedmpi.config import ConfigError, load_config
+
+
+def test_the_rule_is_fedavg_with_the_adagrad_server_optimizer():
+    algorithm = build_algorithm(load_config(None, ["fed.algorithm=fedadagrad", "fed.server.beta1=0.5"]))
+    server = algorithm.server
+    assert (server.kind, server.lr, server.beta1, server.tau) == ("adagrad", 0.01, 0.5, 1e-3)
+    with pytest.raises(ConfigError, match="fed.server.optimizer: fedadagrad is defined by the adagrad server optimizer"):
+        load_config(None, ["fed.algorithm=fedadagrad", "fed.server.optimizer=sgd"])
+
+
+def test_under_mpirun_the_server_step_is_reddis_update(tmp_path):
+    run = launch_rule(tmp_path, "fedadagrad", ["fed.algorithm=fedadagrad", "fed.server.lr=0.05", "fed.server.beta1=0.8",
+                                        "fed.server.beta2=0.9", "fed.server.tau=0.01"])
+    assert_adaptive_server_step(run, "adagrad", lr=0.05, beta1=0.8, beta2=0.9, tau=0.01)

@@ -1,0 +1,44 @@
+"""Method names, order and colours for tables and figures, from fedmpi's registry of rules and settings
+(fedmpi/algorithms/registry.py): a run's method is its rule's label (or its baseline setting's), +FV when it
+ran Federated Validation, marked ' moving-norm' when FV used the Moving Norm."""
+from __future__ import annotations
+
+from fedmpi.algorithms.registry import RULES, SINGLE_PARTY_SETTINGS, method_label
+
+FV_SUFFIX = "+FV"
+
+
+def method_order() -> list[str]:
+    """Baselines first, then the rules in registry order, each without and with FV."""
+    order = [method_label(s)[0] for s in SINGLE_PARTY_SETTINGS]
+    for name in RULES:
+        label = method_label(name)[0]
+        order += [label, label + FV_SUFFIX]
+    return order
+
+
+def method_color(method: str) -> str:
+    """A method's colour: the registry's; with FV a darker shade; with the Moving Norm a lighter one."""
+    base, _, variant = method.partition(" ")
+    plain = base.removesuffix(FV_SUFFIX)
+    key = {method_label(k)[0]: k for k in (*SINGLE_PARTY_SETTINGS, *RULES)}.get(plain, plain)
+    color = method_label(key)[1]
+    if base.endswith(FV_SUFFIX):
+        color = _shade(color, 0.6)
+    return _shade(color, 1.6) if variant else color
+
+
+def _shade(color: str, factor: float) -> str:
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    rgb = [round(c * factor) if factor < 1 else round(c + (255 - c) * (factor - 1)) for c in rgb]
+    return "#" + "".join(f"{min(255, max(0, c)):02x}" for c in rgb)
+
+
+def method_sort_key(method: str) -> tuple:
+    order = method_order()
+    base = method.split(" ")[0]
+    return (order.index(base) if base in order else len(order), method)
+
+
+def method_legend(method: str) -> str:
+    return "PFM+FV (FedFace)" if method == "PFM+FV" else method
