@@ -19,9 +19,9 @@ class ConfigError(ValueError):
     """A configuration problem; the message names the key path."""
 
 
-from fedmpi.config_sections import (CheckpointConfig, DataConfig, DataSpec, EvalConfig, FedConfig,  # noqa: F401
-                                    FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig, RunConfig,
-                                    ServerConfig, _three_parties, algorithm_class, algorithm_options)
+from fedmpi.config_sections import (BenchmarkSets, CheckpointConfig, DataConfig, DataSpec, EvalConfig,  # noqa: F401
+                                    FedConfig, FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig,
+                                    RunConfig, ServerConfig, _three_parties, algorithm_class, algorithm_options)
 from fedmpi.config_clients import ClientsConfig  # noqa: E402
 
 

@@ -236,13 +236,30 @@ class FVConfig:
 
 
 @dataclass
+class BenchmarkSets:
+    """Large-scale benchmarks evaluated with the pair sets (fedmpi.roles.benchmarks): a release root, or
+    'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
+    ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
+    ijbc: str = ""                   # IJB-C root
+    megaface: str = ""               # MegaFace test pack root (facescrub_lst, megaface_lst, ...)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        for name, root in dataclasses.asdict(self).items():
+            if root and cfg.eval.every == 0:
+                fail(f"eval.sets.{name}", "is evaluated with the held-out evaluation; eval.every=0 means no "
+                     "evaluation (set eval.every > 0)")
+
+
+@dataclass
 class EvalConfig:
-    every: int = 0                   # evaluate the global model every N rounds (0: only at the end)
+    every: int = 0                   # evaluate the global model every N rounds and after the last (0: never)
     batch_size: int = 128
+    sets: BenchmarkSets = field(default_factory=BenchmarkSets)
 
     def validate(self, cfg: "Config", fail) -> None:
         if self.every < 0:
             fail("eval.every", f"must be >= 0 (0: no evaluation), got {self.every}")
+        self.sets.validate(cfg, fail)
 
 
 @dataclass

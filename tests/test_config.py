@@ -73,6 +73,8 @@ def test_paper_configs_load():
     (["fed.setting=centralized", "fv.enabled=true"], "fv.enabled: FV searches weightings over parties"),
     (["fed.setting=federated", "fed.solo_party=ga"], "fed.solo_party: only used with fed.setting=solo"),
     (["eval.every=-1"], "eval.every: must be >= 0 (0: no evaluation)"),
+    (["eval.every=0", "eval.sets.ijbc=synthetic"],
+     "eval.sets.ijbc: is evaluated with the held-out evaluation; eval.every=0 means no evaluation"),
 ])
 def test_bad_values_are_refused_with_the_key_path(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -124,3 +126,8 @@ def test_settings_combine_with_any_rule_and_old_configs_keep_their_meaning():
     assert (s.momentum, s.lr, s.nesterov, s.resolved(old_fedavgm)) == (0.5, 2.0, False, "momentum")
     again = config_from_yaml(to_yaml(old_fedavgm))  # the resolved config a log stores reads back the same
     assert again.fed == old_fedavgm.fed
+
+
+def test_benchmark_sets_load_with_an_evaluation_schedule():
+    cfg = load_config(overrides=["eval.every=5", "eval.sets.megaface=/data/megaface"])
+    assert (cfg.eval.sets.ijbb, cfg.eval.sets.ijbc, cfg.eval.sets.megaface) == ("", "", "/data/megaface")

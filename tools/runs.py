@@ -22,7 +22,11 @@ INDEX_NAME = "index.json"
 INDEX_PATH_KEYS = ("log", "log_path", "log_dir", "path", "run_dir", "dir", "folder")
 
 METRIC_NAMES = {"accuracy": "verification accuracy", "accuracy_std": "accuracy std over folds",
-                "tar_far_1e-3": "TAR @ FAR=1e-3", "tar_far_1e-2": "TAR @ FAR=1e-2"}
+                "tar_far_1e-3": "TAR @ FAR=1e-3", "tar_far_1e-2": "TAR @ FAR=1e-2",
+                "headline": "result (accuracy; IJB-B TAR@FAR=1e-4, IJB-C TAR@FAR=1e-5, MegaFace rank-1)",
+                **{f"tar_far_1e-{k}": f"TAR @ FAR=1e-{k}" for k in (1, 4, 5, 6)},
+                "rank1": "rank-1 identification (largest gallery)",
+                **{f"rank1_1e{k}": f"rank-1 identification, 1e{k} distractors" for k in range(1, 7)}}
 CENTRALIZED_PARTY = "centralized"    # the single party name a centralized run logs
 UNION_ROW = "union\u2020"
 UNION_FOOTNOTE = ("\u2020 centralized: union loss \u2014 the centralized baseline trains on the union of all "

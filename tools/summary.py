@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from fedmpi.protocols.report import HEADLINE
 from fedmpi.store.h5log import EVAL_METRICS
 from tools.collect import collect_runs
 from tools.runs import CENTRALIZED_PARTY, METRIC_NAMES, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
@@ -55,7 +56,7 @@ def summary_table(runs: list[Run], factor: float = DEFAULT_FACTOR, metrics=EVAL_
         add(f"loss {party_row_name(party)} (last round)", last)
         add(f"loss {party_row_name(party)} (EMA {factor:g})", smooth)
     for val_set in _union(s for r in runs for s in r.val_sets):
-        for metric in metrics:
+        for metric in (*metrics, *([HEADLINE[val_set]] if val_set in HEADLINE else [])):  # + a benchmark's own
             if not any(f"{val_set}/{metric}" in r.eval for r in runs):
                 continue
             name = f"{val_set} {metric}"

@@ -1,13 +1,16 @@
 """Held-out evaluation of the global model Θ on every validation set, when asked for (eval.every = N > 0):
 after round 1, every N rounds, and after the last round; eval.every = 0 evaluates nothing. Each evaluated fold's threshold comes from the other 9 folds (the FV folds
 included); the validators compute the metrics, the server logs them to /eval and prints them, and at the end
-prints a table of the final model's accuracy next to the first round's."""
+prints a table of the final model's accuracy next to the first round's. The large-scale benchmarks
+(`eval.sets`, fedmpi.roles.benchmarks) are evaluated on the server at the same rounds and logged in the same
+row under their own metric names."""
 from __future__ import annotations
 
 import sys
 
 import torch
 
+from fedmpi.roles.benchmarks import headline_line
 from fedmpi.store.h5log import EVAL_METRICS
 
 # Evaluator's metric names -> the run log's column names
@@ -22,17 +25,21 @@ def evaluation_due(r: int, every: int, rounds: int) -> bool:
     return every > 0 and (r == 0 or r == rounds - 1 or (r + 1) % every == 0)
 
 
-def log_row(r: int, step: int, results: dict[str, dict[str, float]]) -> dict:
+def log_row(r: int, step: int, results: dict[str, dict[str, float]],
+            benchmarks: dict[str, dict[str, float]] | None = None) -> dict:
     row = {"round": r, "step": step}
     for name, metrics in results.items():
         for key, column in LOG_METRIC.items():
             row[f"{name}/{column}"] = metrics[key]
+    for name, metrics in (benchmarks or {}).items():
+        row.update({f"{name}/{metric}": value for metric, value in metrics.items()})
     return row
 
 
-def accuracy_line(r: int, results: dict) -> str:
+def accuracy_line(r: int, results: dict, benchmarks: dict | None = None) -> str:
     parts = "  ".join(f"{name} {100 * m['accuracy']:.2f}" for name, m in results.items())
-    return f"eval after round {r + 1}: held-out accuracy % {parts}"
+    extra = f"; {headline_line(benchmarks)}" if benchmarks else ""
+    return f"eval after round {r + 1}: held-out accuracy % {parts}{extra}"
 
 
 def accuracy_table(first: tuple[int, dict], last: tuple[int, dict]) -> str:
@@ -57,10 +64,11 @@ def accuracy_table(first: tuple[int, dict], last: tuple[int, dict]) -> str:
 class Evaluation:
     """Schedules evaluations of Θ and runs them on the validator pool as side work of the server."""
 
-    def __init__(self, cfg, pool, log, stream=sys.stdout):
+    def __init__(self, cfg, pool, log, stream=sys.stdout, benchmarks=None):
         self.cfg, self.pool, self.log, self.stream = cfg, pool, log, stream
+        self.benchmarks = benchmarks                         # fedmpi.roles.benchmarks.Benchmarks or None
         self.waiting: list[tuple[int, torch.Tensor]] = []   # (round, Θ) not yet sent to the validators
-        self.in_flight: tuple[int, object] | None = None     # (round, Request)
+        self.in_flight: tuple[int, object, torch.Tensor] | None = None  # (round, Request, Θ)
         self.first: tuple[int, dict] | None = None
         self.last: tuple[int, dict] | None = None
 
@@ -76,12 +84,13 @@ class Evaluation:
     def step(self) -> None:
         """Log a finished evaluation; send the next one out. Replies are advanced by the pool's progress()."""
         if self.in_flight is not None and self.in_flight[1].done:
-            r, request = self.in_flight
+            r, request, theta = self.in_flight
             self.in_flight = None
-            self._record(r, request.result())
+            benchmarks = self.benchmarks.evaluate(theta) if self.benchmarks else None
+            self._record(r, request.result(), benchmarks)
         if self.in_flight is None and self.waiting:
             r, theta = self.waiting.pop(0)
-            self.in_flight = (r, self.pool.post("evaluate", theta))
+            self.in_flight = (r, self.pool.post("evaluate", theta), theta)
 
     def run_pending(self) -> None:
         """Finish every scheduled evaluation now."""
@@ -90,11 +99,11 @@ class Evaluation:
             if self.in_flight is not None:
                 self.pool.wait([self.in_flight[1]])
 
-    def _record(self, r: int, results: dict) -> None:
-        self.log.append("eval", **log_row(r, (r + 1) * self.cfg.fed.K, results))
+    def _record(self, r: int, results: dict, benchmarks: dict | None = None) -> None:
+        self.log.append("eval", **log_row(r, (r + 1) * self.cfg.fed.K, results, benchmarks))
         self.first = self.first or (r, results)
         self.last = (r, results)
-        self.stream.write(accuracy_line(r, results) + "\n")
+        self.stream.write(accuracy_line(r, results, benchmarks) + "\n")
         self.stream.flush()
 
     def summary(self) -> str:

@@ -13,6 +13,7 @@ from fedmpi import comm
 from fedmpi.algorithms import build_algorithm, method_key
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
+from fedmpi.roles.benchmarks import log_columns as benchmark_columns
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
 from fedmpi.roles.exchange import Payloads, SiloExchange
 from fedmpi.roles.progress import Progress
@@ -43,7 +44,7 @@ class Server:
                           parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets),
                           fv_candidates=cfg.fv.T if cfg.fv.enabled else 0, resume_round=resume_round,
-                          config_changes=config_changes,
+                          config_changes=config_changes, eval_columns=benchmark_columns(cfg),
                           extra_tables=setting.log_tables if setting is not None else None)
         if setting is not None:
             self.side, self.exchange = setting.side_work(self), exchange or setting.exchange(self)

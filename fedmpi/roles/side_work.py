@@ -1,5 +1,6 @@
 """What the server does beside training, called from its round loop while a round's uploads travel:
-held-out evaluations that are due (roles/evaluation.py) and FV iterations (roles/federated_validation.py).
+held-out evaluations that are due (roles/evaluation.py, with the large-scale benchmarks of eval.sets,
+roles/benchmarks.py) and FV iterations (roles/federated_validation.py).
 The validators (and a hosted Validator with its validation sets) exist only when one of the two is on.
 
 How many FV iterations a round gets:
@@ -20,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.context import Context
 from fedmpi.roles.evaluation import Evaluation
 from fedmpi.roles.federated_validation import FederatedValidation
@@ -42,7 +44,8 @@ class SideWork:
         self.cfg, self.parties, self.stream = cfg, parties, stream
         wanted = cfg.fv.enabled or cfg.eval.every > 0
         self.pool = ValidatorPool.build(ctx) if wanted else None
-        self.evaluation = Evaluation(cfg, self.pool, log, stream) if cfg.eval.every > 0 else None
+        self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
+                           if cfg.eval.every > 0 else None)
         self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())
                    if cfg.fv.enabled else None)
         self.weighting = self.fv or FixedWeighting(initial_w)

@@ -11,7 +11,8 @@ Layout (schema version 1):
                    party_images_per_s [P]
   /fv/<col>        one row per FV iteration: round, iteration, candidates [T,P], raw_scores [T,V],
                    norm_scores [T,V], chosen, w [P]           (attrs: validators = JSON list of set names)
-  /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns
+  /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
+                   of the pair sets, then the large-scale benchmarks, whose metrics are their own)
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
 A new log is written under a hidden name (`starting_name`) and takes its name at its first row.
@@ -51,7 +52,7 @@ class RunLog:
     def __init__(self, path: str | Path, *, config_yaml: str, algorithm: str, run_name: str,
                  parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
                  data: dict | None = None, resume_round: int | None = None, config_changes: dict | None = None,
-                 extra_tables: dict | None = None):
+                 eval_columns: dict[str, list[str]] | None = None, extra_tables: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_round is not None and self.path.exists():
@@ -63,7 +64,8 @@ class RunLog:
         else:  # under a hidden name until its first row: a start that fails leaves no log to block the name
             self._unpublished = starting_name(self.path)
             with h5py.File(self._unpublished, "w", libver="latest") as f:
-                self._create(f, config_yaml, algorithm, run_name, parties, val_sets, fv_candidates, data or {})
+                self._create(f, config_yaml, algorithm, run_name, parties, val_sets, fv_candidates, data or {},
+                             eval_columns or {})
                 for name, columns in (extra_tables or {}).items():  # {table: {column: (shape, dtype)}}
                     _table(f.require_group(name), columns)
             self.f = h5py.File(self._unpublished, "r+", libver="latest")
@@ -75,7 +77,7 @@ class RunLog:
             self._unpublished = None
 
     @staticmethod
-    def _create(f, config_yaml, algorithm, run_name, parties, val_sets, T, data):
+    def _create(f, config_yaml, algorithm, run_name, parties, val_sets, T, data, eval_columns):
         f.attrs.update({"schema_version": SCHEMA_VERSION, "algorithm": algorithm, "run_name": run_name,
                         "created": datetime.datetime.now().isoformat(timespec="seconds"),
                         "parties": json.dumps(list(parties))})
@@ -95,10 +97,11 @@ class RunLog:
                         "raw_scores": ((T, V), "f8"), "norm_scores": ((T, V), "f8"), "chosen": ((), "i8"),
                         "w": ((P,), "f8")})
         ev = f.create_group("eval")
-        ev.attrs["sets"] = json.dumps(list(val_sets))
-        if V:
+        ev.attrs["sets"] = json.dumps([*val_sets, *eval_columns])
+        if V or eval_columns:
             _table(ev, {"round": ((), "i8"), "step": ((), "i8"),
-                        **{f"{s}/{m}": ((), "f8") for s in val_sets for m in EVAL_METRICS}})
+                        **{f"{s}/{m}": ((), "f8") for s in val_sets for m in EVAL_METRICS},
+                        **{f"{s}/{m}": ((), "f8") for s, metrics in eval_columns.items() for m in metrics}})
 
     def _record_changes(self, resume_round: int, config_yaml: str, changes: dict) -> None:
         """A resume that changed settings: /config becomes the new config, and root attr `config_changes` (a

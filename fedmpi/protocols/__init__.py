@@ -1,0 +1,36 @@
+"""Large-scale benchmarks: IJB-B / IJB-C template verification and MegaFace identification.
+
+Each protocol is built from a release folder and exposes `name`, `metric_names`, `describe()` and
+`evaluate(backbone) -> {metric: value}` (every image embedded once per call), and `last` (what the call
+measured beyond the metrics: ROC, counts) for reports.
+"""
+from __future__ import annotations
+
+BENCHMARKS = ("ijbb", "ijbc", "megaface")
+
+
+def build_protocol(name: str, root, image_size: int, **options):
+    """The protocol of benchmark `name` ('ijbb', 'ijbc', 'megaface') over the release at `root`."""
+    if name in ("ijbb", "ijbc"):
+        from fedmpi.protocols.ijb import IJBProtocol
+
+        options.pop("refined", None)
+        return IJBProtocol(root, name, image_size, **options)
+    if name == "megaface":
+        from fedmpi.protocols.megaface import MegaFaceProtocol
+
+        options.pop("detection_weighting", None)
+        return MegaFaceProtocol(root, image_size, **options)
+    raise ValueError(f"unknown benchmark {name!r}: expected one of {', '.join(BENCHMARKS)}")
+
+
+def metric_names(name: str) -> list[str]:
+    """The metrics a benchmark reports (run-log columns), without reading its files."""
+    from fedmpi.metrics.roc import PAPER_FARS, far_column
+    from fedmpi.protocols.megaface import METRICS
+
+    if name in ("ijbb", "ijbc"):
+        return [far_column(f) for f in PAPER_FARS]
+    if name == "megaface":
+        return list(METRICS)
+    raise ValueError(f"unknown benchmark {name!r}: expected one of {', '.join(BENCHMARKS)}")

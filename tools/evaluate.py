@@ -1,0 +1,135 @@
+"""`python -m tools.evaluate CHECKPOINT_OR_PTH --ijbb ROOT --ijbc ROOT --megaface ROOT [--out DIR]`
+
+The large-scale benchmarks of a trained backbone, post hoc: IJB-B / IJB-C 1:1 template verification
+(TAR at FAR 1e-6 ... 1e-1) and MegaFace rank-1 identification at 10^1 ... 10^6 distractors with TAR at
+FAR = 1e-6 on insightface's refined lists. Prints the table papers print and writes OUT/<benchmark>.h5
+(metrics, counts, ROC) and OUT/<benchmark>_roc.png.
+
+CHECKPOINT_OR_PTH: a checkpoint folder (or a run / ckpt folder: its newest complete checkpoint) or an
+insightface-layout state_dict (.pth). Under mpirun with several benchmarks, rank k evaluates every
+(world size)-th of them, starting with the k-th, and rank 0 prints the table.
+
+--make-fixtures writes synthetic releases in the official layouts at the given ROOTs first (where missing),
+so the whole path runs without the real sets:
+    python -m tools.evaluate runs/demo --make-fixtures --ijbb data/bench/IJBB --ijbc data/bench/IJBC \\
+        --megaface data/bench/megaface
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedmpi.protocols import BENCHMARKS
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tools.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("backbone", help="checkpoint / run folder, or a .pth state_dict")
+    for name in BENCHMARKS:
+        parser.add_argument(f"--{name}", metavar="ROOT", help=f"the {name} release folder")
+    parser.add_argument("--out", default="benchmark-results", help="where reports go (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=0, help="image decoding/alignment worker processes")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--detection-weighting", action="store_true",
+                        help="IJB: weight each image feature by its detection score")
+    parser.add_argument("--no-refine", action="store_true", help="MegaFace: ignore the refined (noise) lists")
+    parser.add_argument("--make-fixtures", action="store_true",
+                        help="write synthetic releases at the given ROOTs first (where missing)")
+    parser.add_argument("--fixture-seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.sets = {n: getattr(args, n) for n in BENCHMARKS if getattr(args, n)}
+    if not args.sets:
+        parser.error("name at least one benchmark: --ijbb ROOT, --ijbc ROOT or --megaface ROOT")
+    return args
+
+
+def make_fixtures(sets: dict[str, str], image_size: int, seed: int) -> None:
+    from fedmpi.protocols.fixtures import write_ijb, write_megaface
+
+    for name, root in sets.items():
+        if Path(root).exists():
+            continue
+        if name == "megaface":
+            write_megaface(Path(root), image_size, seed)
+        else:
+            write_ijb(Path(root), name, image_size, seed)
+        print(f"{root}: synthetic {name} release written", flush=True)
+
+
+def evaluate_sets(args, names: list[str], say=print) -> dict[str, dict[str, float]]:
+    """Evaluate the named benchmarks of args.sets; write their reports; return {name: metrics}."""
+    import torch
+
+    from fedmpi.protocols import build_protocol
+    from fedmpi.protocols.backbone_file import load_backbone
+    from fedmpi.protocols.report import write_report
+
+    backbone, image_size, description = load_backbone(args.backbone)
+    backbone = backbone.to(torch.device(args.device))
+    results = {}
+    for name in names:
+        protocol = build_protocol(name, args.sets[name], image_size, batch_size=args.batch_size,
+                                  device=args.device, workers=args.workers,
+                                  detection_weighting=args.detection_weighting, refined=not args.no_refine)
+        say(protocol.describe())
+        results[name] = protocol.evaluate(backbone)
+        for path in write_report(Path(args.out), name, protocol.last, description):
+            say(f"wrote {path}")
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    names = list(args.sets)
+    from fedmpi.protocols.report import format_table
+
+    from fedmpi.data.errors import DataError
+    from fedmpi.protocols.backbone_file import BackboneFileError
+    from fedmpi.store.checkpoint import ResumeError
+
+    try:
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+    except ImportError:
+        world = None
+    if world is not None and world.Get_size() > 1:
+        return _main_mpi(args, names, world)
+    try:
+        if args.make_fixtures:
+            from fedmpi.protocols.backbone_file import load_backbone
+            make_fixtures(args.sets, load_backbone(args.backbone)[1], args.fixture_seed)
+        results = evaluate_sets(args, names)
+    except (DataError, BackboneFileError, ResumeError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(results))
+    return 0
+
+
+def _main_mpi(args, names, world) -> int:
+    from fedmpi import comm
+    from fedmpi.protocols.report import format_table
+
+    rank, size = world.Get_rank(), world.Get_size()
+
+    def work():
+        if args.make_fixtures and rank == 0:
+            from fedmpi.protocols.backbone_file import load_backbone
+            make_fixtures(args.sets, load_backbone(args.backbone)[1], args.fixture_seed)
+        world.Barrier()
+        mine = names[rank::size]
+        results = evaluate_sets(args, mine, say=lambda text: print(f"rank {rank}: {text}", flush=True))
+        gathered = world.gather(results, root=0)
+        if rank == 0:
+            merged = {k: v for part in gathered for k, v in part.items()}
+            print(format_table({n: merged[n] for n in names}), flush=True)
+        return 0
+
+    return comm.run_guarded("evaluate", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
