@@ -165,16 +165,6 @@ def unflatten_into(flat: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
             offset += n
 
 
-def views(flat: torch.Tensor, like: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    """Views into `flat` shaped like each tensor of `like` (same order as `flatten`)."""
-    out, offset = [], 0
-    for t in like:
-        n = t.numel()
-        out.append(flat[offset:offset + n].view_as(t))
-        offset += n
-    return out
-
-
 @contextlib.contextmanager
 def naming_failures(what: str):
     """Around torch.distributed calls (and calls that make them): a failure or a timeout of the backend becomes
