@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo eval-demo test venv bench clean hsu-cpu
+.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -63,3 +63,7 @@ hsu-cpu: $(STAMP)
 
 clean:
 	rm -rf runs data .pytest_cache
+
+# FedFace's Table 1, Fig. 4-6 and a bad-party run at CPU scale (jobs/fedface_study.py) into docs/results/fedface_cpu.md
+fedface-cpu: $(STAMP)
+	$(PY) -m jobs.reproduce fedface --scale cpu $(ARGS)

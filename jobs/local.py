@@ -4,9 +4,11 @@ interrupted sweep shows what finished; rerunning with --only picks up the rest."
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jobs.index import write_index
@@ -29,7 +31,9 @@ def local_env() -> dict:
 
 
 def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: float) -> None:
-    """Each row in turn; its state becomes COMPLETED, FAILED (exit status recorded) or TIMEOUT."""
+    """Each row in turn; its state becomes COMPLETED, FAILED (exit status recorded) or TIMEOUT, and `wall_s`
+    records the seconds its mpirun took (start-up included), `cpu_s` the user + system CPU seconds of mpirun and
+    every process it waited for (the ranks)."""
     for i, row in enumerate(rows):
         row["state"] = "RUNNING"
         write_index(folder, index)
@@ -38,10 +42,18 @@ def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: flo
         output.mkdir(parents=True, exist_ok=True)
         cmd = [*mpirun_command(row["world"]), "-m", "fedmpi.run", "--config", str(ROOT / row["config"]),
                *row["overrides"]]
+        start, cpu = time.monotonic(), children_cpu_s()
         try:
             with open(output / "stdout.txt", "w") as out, open(output / "stderr.txt", "w") as err:
                 code = subprocess.run(cmd, stdout=out, stderr=err, env=local_env(), timeout=timeout_s).returncode
             row.update(state="COMPLETED" if code == 0 else "FAILED", exit_status=code)
         except subprocess.TimeoutExpired:
             row.update(state="TIMEOUT", exit_status=None)
+        row.update(wall_s=round(time.monotonic() - start, 2), cpu_s=round(children_cpu_s() - cpu, 2))
         write_index(folder, index)
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children and everything they waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

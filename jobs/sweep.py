@@ -82,6 +82,13 @@ def wait_rows(rows: list[dict], jobs: list[submitit.Job], folder: Path, index: d
     write_index(folder, index)
 
 
+def print_plan(rows: list[dict], folder: Path) -> None:
+    for row in rows:
+        print(f"{row['name']}: {row['world']} ranks on {row['allocation']}\n"
+              f"  python -m fedmpi.run --config {row['config']} {' '.join(row['overrides'])}")
+    print(f"{len(rows)} runs; logs under {folder / 'runs'}")
+
+
 def print_table(rows: list[dict]) -> None:
     width = max([len(r["name"]) for r in rows] + [4])
     print(f"{'run':<{width}}  {'ranks':>5}  {'job':>12}  {'state':<10}  log")
@@ -132,28 +139,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        for row in rows:
-            print(f"{row['name']}: {row['world']} ranks on {row['allocation']}\n"
-                  f"  python -m fedmpi.run --config {row['config']} {' '.join(row['overrides'])}")
-        print(f"{len(rows)} runs; logs under {folder / 'runs'}")
+        print_plan(rows, folder)
         return 0
+    completed = execute(args.name, rows, folder, site, local=args.local, wait=args.wait, timeout_s=args.timeout,
+                        parallel=args.parallel)
+    return 0 if completed or not (args.wait or args.local) else 1
+
+
+def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: bool, wait: bool, timeout_s: float,
+            parallel: int | None = None, extra: dict | None = None) -> bool:
+    """Run planned rows here one after another (local; timeout_s bounds each run) or submit them to Slurm
+    (waiting at most timeout_s when `wait`); {folder}/index.json records them, with `extra` keys at its top.
+    Returns whether every run completed (False for a submission not waited for)."""
     folder.mkdir(parents=True, exist_ok=True)
-    index = new_index(args.name, folder)
+    index = {**new_index(name, folder), **(extra or {})}
     index["runs"] = rows
-    if args.local:
+    if local:
         from jobs.local import run_rows_locally
-        run_rows_locally(rows, folder, index, args.timeout)
-        print_table(rows)
-        return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
-    jobs = submit_rows(rows, folder, site, Path(os.getcwd()), args.parallel, f"fedmpi-{args.name}")
-    path = write_index(folder, index)
-    print(f"submitted {len(jobs)} runs; index {path}", file=sys.stderr, flush=True)
-    if args.wait:
-        wait_rows(rows, jobs, folder, index, args.timeout)
+        run_rows_locally(rows, folder, index, timeout_s)
+    else:
+        jobs = submit_rows(rows, folder, site, Path(os.getcwd()), parallel, f"fedmpi-{name}")
+        path = write_index(folder, index)
+        print(f"submitted {len(jobs)} runs; index {path}", file=sys.stderr, flush=True)
+        if wait:
+            wait_rows(rows, jobs, folder, index, timeout_s)
     print_table(rows)
-    if not args.wait:
-        return 0
-    return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
+    return (local or wait) and all(r["state"] == "COMPLETED" for r in rows)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""`python -m jobs.reproduce fedface --scale cpu [--slurm] [key=value ...]`: run FedFace's study (Table 1,
+Fig. 4-6 and a bad-party run; jobs/fedface_study.py) through the sweep machinery of jobs/sweep.py -- here under
+mpirun one run after another, or with --slurm as job arrays (waiting for them, bounded by --timeout) -- then
+write the results file (default docs/results/fedface_<scale>.md, figures beside it) from the runs' HDF5 logs
+with tools/fedface_report.py. The sweep folder (logs, index.json with every run's wall and CPU time) is
+--folder; the synthetic data is generated in {folder}/data unless data.root is given. `--report-only` rewrites the
+results file from an earlier study's folder without running anything. Extra key=value overrides apply to every
+run (e.g. data.root=/scratch/data)."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jobs.fedface_study import SCALES, study
+from jobs.index import read_index, write_index
+from jobs.local import children_cpu_s
+from jobs.site import ROOT, Site, load_site
+from jobs.sweep import execute, planned_rows, print_plan
+from jobs.sweeps import RunSpec
+
+STUDIES = {"fedface": (SCALES, study)}
+
+
+def command_line(argv: list[str]) -> str:
+    return " ".join(["python -m jobs.reproduce", *argv])
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=str(ROOT))
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10, cwd=str(ROOT)).stdout.strip()
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, argv: list[str]) -> dict:
+    """Run (or submit and wait for) the study; returns its index with the study's wall/CPU time and load."""
+    rows = planned_rows(runs, folder, site)
+    load_before, cpu_before, start = os.getloadavg(), children_cpu_s(), time.monotonic()
+    meta = {"study": {"command": command_line(argv), "commit": git_commit(), "scale": args.scale,
+                      "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "cores": os.cpu_count(), "where": "slurm" if args.slurm else "local",
+                      "load_before": [round(v, 2) for v in load_before]}}
+    execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout, extra=meta)
+    index = read_index(folder)
+    index["study"].update(wall_s=round(time.monotonic() - start, 1),
+                          cpu_s=round(children_cpu_s() - cpu_before, 1) if not args.slurm else None,
+                          load_after=[round(v, 2) for v in os.getloadavg()])
+    write_index(folder, index)
+    return index
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m jobs.reproduce", description=__doc__)
+    parser.add_argument("study", choices=list(STUDIES))
+    parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    parser.add_argument("--scale", default="cpu", help="the study's scale (fedface: " + ", ".join(SCALES) + ")")
+    parser.add_argument("--slurm", action="store_true", help="submit the runs to Slurm (jobs/sweep.py's arrays) "
+                                                             "instead of running them here")
+    parser.add_argument("--folder", default=None, help="sweep folder (default sweeps/<study>-<scale>-TIMESTAMP)")
+    parser.add_argument("--out", default=None, help="results file (default docs/results/<study>_<scale>.md)")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds each local run may take; with --slurm, the whole wait (default 1800)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only these runs (names or glob patterns, comma-separated; the report then says "
+                             "which runs are missing)")
+    parser.add_argument("--dry-run", action="store_true", help="print the planned runs; run nothing")
+    parser.add_argument("--report-only", action="store_true", help="write the results file from --folder's logs")
+    return parser.parse_intermixed_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    scales, make = STUDIES[args.study]
+    if args.scale not in scales:
+        print(f"error: --scale {args.scale!r}: known scales of {args.study}: {', '.join(scales)}", file=sys.stderr)
+        return 2
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        print(f"error: argument {bad[0]!r} is not an override: write key.path=value", file=sys.stderr)
+        return 2
+    if args.report_only and not args.folder:
+        print("error: --report-only needs --folder (an earlier study's sweep folder)", file=sys.stderr)
+        return 2
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(args.folder or ROOT / "sweeps" / f"{args.study}-{args.scale}-{stamp}").resolve()
+    out = Path(args.out or ROOT / "docs" / "results" / f"{args.study}_{args.scale}.md")
+    extra = [o for o in args.overrides] + ([] if any(o.startswith("data.root=") for o in args.overrides)
+                                           else [f"data.root={folder / 'data'}"])
+    scale = scales[args.scale]
+    runs = [RunSpec(r.name, r.config, r.overrides + tuple(extra), r.labels) for r in make(scale)]
+    patterns = [p for item in args.only for p in item.split(",") if p]
+    if patterns:
+        runs = [r for r in runs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
+        if not runs:
+            print(f"error: --only {','.join(patterns)}: no run of the study matches", file=sys.stderr)
+            return 2
+    try:
+        if args.dry_run:
+            print_plan(planned_rows(runs, folder, Site(cpu=True) if not args.slurm else load_site()), folder)
+            return 0
+        if not args.report_only:
+            run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
+        from tools.fedface_report import write_report
+        write_report(folder, out, scale.rationale)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    index = read_index(folder)
+    failed = [r["name"] for r in index["runs"] if r.get("state") != "COMPLETED"]
+    if failed:
+        print(f"error: {len(failed)} run(s) did not complete: {', '.join(failed)} (see {folder}/runs/NAME/"
+              "stderr.txt); the results file says so", file=sys.stderr)
+        return 1
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""`python -m jobs.reproduce fedface` (issue 14): the study's plan at CPU scale, and the whole command at its tiny
+scale (3 runs of 4 ranks under mpirun: centralized, FedFace, FedFace with one party's labels shuffled), whose
+results file must hold every table with the numbers of the HDF5 logs it was made from."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedmpi.config import load_config
+from fedmpi.store.h5log import LogReader
+from jobs.executor import layout_of
+from jobs.fedface_study import SCALES, study
+from jobs.site import ROOT
+from mpirun import mpi_env
+
+SECTIONS = ("## The study", "## Table 1", "## Fig. 4", "## Fig. 5", "## Fig. 6", "## Bad party",
+            "## The paper's claims")
+
+
+def test_the_cpu_study_runs_every_setting_at_k_4k_16k_with_two_seeds_and_a_bad_party():
+    runs = {r.name: r for r in study(SCALES["cpu"])}
+    assert len(runs) == 35
+    ks = {name: load_config(ROOT / r.config, list(r.overrides)).fed.K for name, r in runs.items()}
+    assert (ks["a-fedavg"], ks["b-fedavg"], ks["c-fedavg"], ks["f-fedface"]) == (4, 16, 64, 4)
+    assert {"a-s1-centralized", "a-s1-fedface"} <= set(runs) and "b-centralized" not in runs
+    assert runs["a-centralized"].labels["fig4"] == ["a", "b", "c", "f"]   # K does not change one party's run
+    assert "parties.ga.data.shuffle_labels=true" in runs["a-fedface-shuffled-ga"].overrides
+    assert runs["a-fedface-moving"].overrides[-1] == "fv.norm=moving"
+    twelve = load_config(ROOT / runs["f-pfm"].config, list(runs["f-pfm"].overrides))
+    assert twelve.optim.batch_size * 12 == 32 * 3   # the 3-party layout's images per step
+    assert layout_of(str(ROOT / runs["f-pfm"].config), list(runs["f-pfm"].overrides))["world"] == 13
+    assert load_config(ROOT / runs["d-pfm"].config, list(runs["d-pfm"].overrides)).model.margin == 0.14
+
+
+def test_bad_arguments_are_refused_in_one_line(tmp_path):
+    for args, message in ((["--scale", "huge", "--folder", str(tmp_path)], "--scale 'huge': known scales of "
+                                                                           "fedface: cpu, tiny"),
+                          (["--report-only"], "--report-only needs --folder"),
+                          (["--only", "zz", "--folder", str(tmp_path)], "--only zz: no run of the study matches")):
+        out = subprocess.run([sys.executable, "-m", "jobs.reproduce", "fedface", *args], capture_output=True,
+                             text=True, timeout=60, cwd=str(ROOT))
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def md_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after `heading` (its header and rule left out)."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[start + 2:end]]
+
+
+def ema_final(values, factor=0.99) -> float:
+    state = values[0]
+    for v in values[1:]:
+        state = factor * state + (1 - factor) * v
+    return float(state)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reproduce")
+    out = root / "results" / "fedface_tiny.md"
+    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "fedface", "--scale", "tiny", "--folder",
+                           str(root / "sweep"), "--out", str(out), "--timeout", "400"],
+                          capture_output=True, text=True, timeout=900, env=mpi_env(), cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    logs = {}
+    for name in ("a-centralized", "a-fedface", "a-fedface-shuffled-ga"):
+        with LogReader(root / "sweep" / "runs" / name / "log.h5") as log:
+            logs[name] = {"parties": log.parties, "rounds": log.table("rounds"), "fv": log.table("fv"),
+                          "eval": log.table("eval"), "sets": log.val_sets}
+    return {"text": out.read_text(), "out": out, "logs": logs, "index": json.loads((root / "sweep" / "index.json")
+                                                                                  .read_text())}
+
+
+def test_the_results_file_has_every_table_and_figure(tiny):
+    text = tiny["text"]
+    for section in SECTIONS:
+        assert section in text, section
+    for png in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (tiny["out"].parent / png).stat().st_size > 0, png
+    assert len(re.findall(r"!\[", text)) == 5     # Fig. 4, 5, 6, the bad party, the loss curves
+    study = tiny["index"]["study"]
+    assert study["wall_s"] > 0 and study["cpu_s"] > 0 and len(study["load_before"]) == 3
+    assert f"**Wall time {study['wall_s'] / 60:.1f} min**" in text
+    assert text.rstrip().endswith("<!-- hand-written below this line: kept when the file is regenerated -->")
+
+
+def test_table1_is_the_smoothed_final_loss_of_each_log(tiny):
+    rows = md_rows(tiny["text"], "## Table 1")
+    fedface = tiny["logs"]["a-fedface"]
+    for party in fedface["parties"]:
+        row = next(r for r in rows if r[1] == party)
+        loss = fedface["rounds"]["loss"][:, fedface["parties"].index(party)]
+        assert float(row[3]) == round(ema_final(loss), 2), (row, loss)
+    union = next(r for r in rows if r[1].startswith("union"))
+    assert float(union[2]) == round(ema_final(tiny["logs"]["a-centralized"]["rounds"]["loss"][:, 0]), 2)
+
+
+def test_fig4_is_fedface_minus_centralized_per_set(tiny):
+    row = md_rows(tiny["text"], "## Fig. 4")[0]
+    fedface, central = tiny["logs"]["a-fedface"], tiny["logs"]["a-centralized"]
+    assert row[:3] == ["a", "PFM+FV", "1"]
+    for value, name in zip(row[3:], fedface["sets"]):
+        expected = 100 * (fedface["eval"][f"{name}/accuracy"][-1] - central["eval"][f"{name}/accuracy"][-1])
+        assert float(value) == pytest.approx(round(expected, 2), abs=0.006), name
+
+
+def test_the_bad_party_weights_are_the_last_fv_weights(tiny):
+    rows = md_rows(tiny["text"], "## Bad party")
+    for name in ("a-fedface", "a-fedface-shuffled-ga"):
+        log = tiny["logs"][name]
+        for party, w in zip(log["parties"], log["fv"]["w"][-1]):
+            row = next(r for r in rows if r[0] == name and r[2] == party)
+            assert float(row[3]) == pytest.approx(1 / 3, abs=5e-5) and float(row[4]) == round(float(w), 4), row
+    assert np.isclose(sum(float(r[4]) for r in rows if r[0] == "a-fedface-shuffled-ga"), 1.0, atol=2e-4)

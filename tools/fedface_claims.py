@@ -1,0 +1,167 @@
+"""The FedFace paper's claims (Sec. 4.3-4.4) checked against a study's tables, and the seed-to-seed spread that
+says which differences are noise. Used by tools/fedface_report.py; every figure comes from the analysis tools'
+results (tools.table1, tools.relative, tools.weights), none is recomputed from the logs here."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tools.relative import relative_results
+from tools.table1 import table1
+from tools.tables import Table, nan_mean
+from tools.weights import weight_trace
+
+SEED_NOTE = ("mean of the two seeds ± half their difference; setting (a), the only one run with two seeds")
+
+
+def seed_spread_tables(runs, methods: list[str]):
+    """(Table 1 per seed, Fig. 4 per seed, Fig. 4 results per seed) for runs grouped as 'seed N' settings."""
+    if not runs:
+        empty = Table(header=["-"], rows=[], footnotes=["no seed runs"])
+        return empty, empty, []
+    t1 = table1(runs, methods=methods)
+    columns = t1.header[2:]
+    by_party: dict[str, dict[str, list[float]]] = {}
+    for group, party, *values in t1.rows:
+        for method, value in zip(columns, values):
+            by_party.setdefault(party, {}).setdefault(method, []).append(value)
+    rows = [[party, *[_pm(by_party[party].get(m, [])) for m in columns]] for party in by_party]
+    spread_t1 = Table(header=["Party", *columns], rows=rows, footnotes=[SEED_NOTE + "."])
+    results = relative_results(runs, "accuracy")
+    sets = list(dict.fromkeys(s for e in results for s in e["sets"]))
+    rows = []
+    for method in dict.fromkeys(e["method"] for e in results):
+        entries = [e for e in results if e["method"] == method]
+        per_set = [[dict(zip(e["sets"], e["values"])).get(s, math.nan) for e in entries] for s in sets]
+        rows.append([method, *[_pm(v) for v in per_set], _pm([nan_mean(v) for v in zip(*per_set)])])
+    spread_f4 = Table(header=["Method", *sets, "mean"], rows=rows,
+                      footnotes=[SEED_NOTE + "; percentage points minus that seed's centralized run."])
+    return spread_t1, spread_f4, results
+
+
+def _pm(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{np.mean(values):.2f} ± {(max(values) - min(values)) / 2:.2f}"
+
+
+def _mean(results, setting: str, method: str) -> float:
+    return next((nan_mean(e["values"]) for e in results if e["setting"] == setting and e["method"] == method),
+                math.nan)
+
+
+def seed_noise(results_seeds) -> float:
+    """The largest seed-to-seed difference of a method's mean (over sets) relative result, in points."""
+    gaps = []
+    for method in {e["method"] for e in results_seeds}:
+        means = [nan_mean(e["values"]) for e in results_seeds if e["method"] == method]
+        if len(means) > 1:
+            gaps.append(max(means) - min(means))
+    return max(gaps) if gaps else math.nan
+
+
+def verdict(holds: bool, margin: float, noise: float) -> str:
+    if math.isnan(margin):
+        return "not measured"
+    within = not math.isnan(noise) and abs(margin) <= noise
+    return ("yes" if holds else "no") + (" (within seed noise)" if within else "")
+
+
+def claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs) -> Table:
+    noise = seed_noise(results_seeds)
+    rows = [["Seed-to-seed spread of a method's mean relative result", "(a)", f"{noise:.2f} points", "reference"]]
+    rows += _table1_claims(t1)
+    settings = list(dict.fromkeys(e["setting"] for e in results))
+    k_settings = [s for s in ("a", "b", "c") if s in settings]
+    for s in settings:
+        fedavg = _mean(results, s, "FedAvg")
+        if s in k_settings or s == "f":
+            rows.append(["(1) FedAvg below centralized", s, f"{fedavg:+.2f}", verdict(fedavg < 0, fedavg, noise)])
+    if len(k_settings) > 1:
+        means = [_mean(results, s, "FedAvg") for s in k_settings]
+        worse = all(a > b for a, b in zip(means, means[1:]))
+        rows.append(["(1) FedAvg degrades as K grows", "/".join(k_settings),
+                     " > ".join(f"{m:+.2f}" for m in means),
+                     verdict(worse, min(abs(a - b) for a, b in zip(means, means[1:])), noise)])
+    for s in settings:
+        for claim, better, worse in (("(2) FedAvg+FV above FedAvg", "FedAvg+FV", "FedAvg"),
+                                     ("(3) PFM above FedAvg", "PFM", "FedAvg")):
+            gap = _mean(results, s, better) - _mean(results, s, worse)
+            if not math.isnan(gap):
+                rows.append([claim, s, f"{gap:+.2f}", verdict(gap > 0, gap, noise)])
+        entry = next((e for e in results if e["setting"] == s and e["method"] == "PFM+FV"), None)
+        if entry:
+            above = sum(v > 0 for v in entry["values"])
+            rows.append(["(4) FedFace above centralized on most benchmarks", s,
+                         f"{above} of {len(entry['values'])} sets, mean {nan_mean(entry['values']):+.2f}",
+                         verdict(above > len(entry["values"]) / 2, nan_mean(entry["values"]), noise)])
+        pfm = _mean(results, s, "PFM")
+        if s in ("d", "e", "f") and not math.isnan(pfm):
+            rows.append(["PFM comparable to centralized", s, f"{pfm:+.2f}",
+                         "yes" if math.isnan(noise) or abs(pfm) <= noise else "no"])
+    for method in dict.fromkeys(e["method"] for e in norms):
+        by_norm = {e["norm"]: nan_mean(e["values"]) for e in norms if e["method"] == method}
+        if {"local", "moving"} <= set(by_norm):
+            gap = by_norm["local"] - by_norm["moving"]
+            rows.append(["Fig. 5: Local Norm at least as good as Moving Norm", method,
+                         f"{by_norm['local']:.2f} vs {by_norm['moving']:.2f} %", verdict(gap >= 0, gap, noise)])
+    rows += _weight_claims(fig6_runs, bad_runs)
+    return Table(header=["Claim (paper)", "Setting", "Measured", "Holds here?"], rows=rows,
+                 footnotes=["Relative results in percentage points of held-out accuracy, mean over the validation "
+                            "sets; 'within seed noise': the difference is no larger than the seed-to-seed spread "
+                            "above, so two seeds cannot tell it from chance."])
+
+
+def _table1_claims(t1) -> list[list]:
+    if t1 is None:
+        return []
+    columns = t1.header[2:]
+    rows = []
+    for group in dict.fromkeys(r[0] for r in t1.rows):
+        cells = {r[1]: dict(zip(columns, r[2:])) for r in t1.rows if r[0] == group}
+        parties = [p for p, c in cells.items() if not math.isnan(c.get("PFM", math.nan))
+                   and not math.isnan(c.get("FedAvg", math.nan))]
+        lower = [p for p in parties if cells[p]["PFM"] < cells[p]["FedAvg"]]
+        rows.append(["Table 1 (3): PFM's loss below FedAvg's", group,
+                     ", ".join(f"{p} {cells[p]['PFM']:.2f} vs {cells[p]['FedAvg']:.2f}" for p in parties),
+                     "yes" if parties and len(lower) == len(parties) else f"{len(lower)} of {len(parties)} parties"])
+        union = next((c.get("Centralized") for p, c in cells.items() if not math.isnan(c.get("Centralized", math.nan))),
+                     math.nan)
+        fedavg = nan_mean([cells[p]["FedAvg"] for p in parties])
+        if not math.isnan(union) and not math.isnan(fedavg):
+            rows.append(["Table 1 (2): FedAvg's loss above centralized's", group,
+                         f"party mean {fedavg:.2f} vs union {union:.2f}", "yes" if fedavg > union else "no"])
+    return rows
+
+
+def _weight_claims(fig6_runs, bad_runs) -> list[list]:
+    rows = []
+    for run in fig6_runs:
+        if run.cfg("parties") and any(p.get("data", {}).get("shuffle_labels") for p in run.cfg("parties")):
+            continue
+        steps, w = weight_trace(run)
+        if len(steps) < 2:
+            continue
+        uniform = 1 / len(run.parties)
+        early = w[: max(2, len(w) // 2)].mean(axis=0)
+        top = run.parties[int(np.argmax(early))]
+        far = np.abs(w - uniform).max(axis=1)
+        rows.append(["Fig. 6: MS1M parties weighted most early", run.label, f"{top}: mean w {early.max():.3f} over the "
+                     f"first half", "yes" if top.startswith("ms1m") else "no"])
+        rows.append(["Fig. 6: weights tend to uniform as training converges", run.label,
+                     f"max |w - 1/P| {far[-1]:.3f} at the end, {far.max():.3f} at most",
+                     "yes" if far[-1] < far.max() else "no"])
+    shuffled = [r for r in bad_runs if any(p.get("data", {}).get("shuffle_labels") for p in r.cfg("parties", []))]
+    clean = [r for r in bad_runs if r not in shuffled]
+    for run in shuffled:
+        party = next(p["name"] for p in run.cfg("parties") if p.get("data", {}).get("shuffle_labels"))
+        w_bad = float(weight_trace(run)[1][-1][run.parties.index(party)])
+        w_clean = float(weight_trace(clean[0])[1][-1][clean[0].parties.index(party)]) if clean else math.nan
+        rows.append(["FV moves weight away from a harmful party (issue 14)", run.label,
+                     f"final w_{party} {w_bad:.3f} (clean twin {w_clean:.3f}, uniform {1 / len(run.parties):.3f})",
+                     "yes" if w_bad < 1 / len(run.parties) and not w_bad >= w_clean else "no"])
+    return rows
