@@ -50,9 +50,11 @@ SCALES = {
                 "model.embedding_size=64", "model.scale=32.0", "fv.phi=0.1", "fv.iterations_per_round=0",
                 "eval.every=100000", "run.device=cpu"),
         rationale=(
-            "36 runs must fit about 40 minutes of 2 CPU cores, i.e. roughly 130 CPU-seconds a run, of which "
-            "starting 4 ranks (torch imports, data, process groups) takes about 17. At 16x16 pixels, IR width "
-            "0.25 and 32 images per rank a training step of the three parties costs about 0.15 CPU-s, so a run "
+            "Planned from calibration runs made before this study (this study's own per-run wall and CPU "
+            "times are in the table below): 35 runs must fit about 40 minutes of 2 CPU cores, i.e. roughly "
+            "130 CPU-seconds a run, of which starting 4 ranks (torch imports, data, process groups) takes about "
+            "17. At 16x16 pixels, IR width 0.25 and 32 images per rank a training step of the three parties "
+            "costs about 0.15 CPU-s, so a run "
             "trains 384 steps (6 epochs of 64, lr x0.1 after epoch 5), every party on 1 rank (the paper: 8/4/4 "
             "GPUs). K = 4, 16, 64 keeps the paper's 1:4:16 and leaves 96, 24 and 6 rounds (the paper: 3328, "
             "832, 208). The margins are the paper's times 0.4 (ArcFace 0.2, CosFace 0.14, scale 32): with "

@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.report_only:
             run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
         from tools.fedface_report import write_report
-        write_report(folder, out, scale.rationale)
+        write_report(folder, out, scale.rationale,
+                     f"`{command_line(argv)}` (commit {git_commit()})" if args.report_only else "")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -100,10 +100,14 @@ def header(report: Report, rationale: str) -> list[str]:
     return lines
 
 
-def write_report(folder: Path, out: Path, rationale: str = "") -> Path:
+def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
+    """Write the results file `out` (figures beside it) from the study in `folder`; `written_by` names the
+    command and commit that write it, when they are not those that ran the study (--report-only)."""
     folder, out = Path(folder), Path(out)
     report = Report(folder, out)
     report.lines += header(report, rationale)
+    if written_by:
+        report.lines[4:4] = [f"This file was written again from the same logs by {written_by}.", ""]
 
     started = time.monotonic()
     specs = report.specs("table1")
