@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from tools.relative import relative_results
+from tools.runs import AnalysisError
 from tools.table1 import table1
 from tools.tables import Table, nan_mean
 from tools.weights import weight_trace
@@ -28,7 +29,10 @@ def seed_spread_tables(runs, methods: list[str]):
             by_party.setdefault(party, {}).setdefault(method, []).append(value)
     rows = [[party, *[_pm(by_party[party].get(m, [])) for m in columns]] for party in by_party]
     spread_t1 = Table(header=["Party", *columns], rows=rows, footnotes=[SEED_NOTE + "."])
-    results = relative_results(runs, "accuracy")
+    try:
+        results = relative_results(runs, "accuracy")
+    except AnalysisError as exc:
+        return spread_t1, Table(header=["-"], rows=[], footnotes=[str(exc)]), []
     sets = list(dict.fromkeys(s for e in results for s in e["sets"]))
     rows = []
     for method in dict.fromkeys(e["method"] for e in results):
@@ -79,7 +83,7 @@ def claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs) -> Tabl
     k_settings = [s for s in ("a", "b", "c") if s in settings]
     for s in settings:
         fedavg = _mean(results, s, "FedAvg")
-        if s in k_settings or s == "f":
+        if (s in k_settings or s == "f") and not math.isnan(fedavg):
             rows.append(["(1) FedAvg below centralized", s, f"{fedavg:+.2f}", verdict(fedavg < 0, fedavg, noise)])
     if len(k_settings) > 1:
         means = [_mean(results, s, "FedAvg") for s in k_settings]
@@ -126,9 +130,10 @@ def _table1_claims(t1) -> list[list]:
         parties = [p for p, c in cells.items() if not math.isnan(c.get("PFM", math.nan))
                    and not math.isnan(c.get("FedAvg", math.nan))]
         lower = [p for p in parties if cells[p]["PFM"] < cells[p]["FedAvg"]]
-        rows.append(["Table 1 (3): PFM's loss below FedAvg's", group,
-                     ", ".join(f"{p} {cells[p]['PFM']:.2f} vs {cells[p]['FedAvg']:.2f}" for p in parties),
-                     "yes" if parties and len(lower) == len(parties) else f"{len(lower)} of {len(parties)} parties"])
+        if parties:
+            rows.append(["Table 1 (3): PFM's loss below FedAvg's", group,
+                         ", ".join(f"{p} {cells[p]['PFM']:.2f} vs {cells[p]['FedAvg']:.2f}" for p in parties),
+                         "yes" if len(lower) == len(parties) else f"{len(lower)} of {len(parties)} parties"])
         union = next((c.get("Centralized") for p, c in cells.items() if not math.isnan(c.get("Centralized", math.nan))),
                      math.nan)
         fedavg = nan_mean([cells[p]["FedAvg"] for p in parties])

@@ -6,6 +6,7 @@ existing results file is kept when the file is written again."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tools.collect import collect_runs
 from tools.curves import curves_figure
 from tools.fedface_claims import claims_table, seed_spread_tables
 from tools.relative import relative_figure, relative_results, relative_table
+from tools.runs import AnalysisError
 from tools.table1 import table1
 from tools.tables import render
 from tools.weights import norm_figure, norm_results, norm_table, weights_figure, weights_table
@@ -114,7 +116,7 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     runs = report.runs(specs)
     seeds = seed_specs(report)
     seed_runs = report.runs(seeds)
-    t1 = table1(runs, methods=list(TABLE1_METHODS)) if runs else None
+    t1 = safely(table1, runs, methods=list(TABLE1_METHODS)) if runs else None
     spread_t1, spread_f4, results_seeds = seed_spread_tables(seed_runs, list(TABLE1_METHODS))
     body = [render(t1, "md") if t1 else "(no run)", "**Seed to seed, setting (a)**", "", render(spread_t1, "md")]
     report.section("Table 1: final training loss per party (EMA 0.99)", [n for _, n in specs + seeds], started, body,
@@ -123,7 +125,7 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     started = time.monotonic()
     specs = report.specs("fig4")
     runs = report.runs(specs)
-    results = relative_results(runs, "accuracy") if runs else []
+    results = (safely(relative_results, runs, "accuracy") if runs else None) or []
     body = []
     if results:
         relative_figure(results, "accuracy", "final", str(report.figure("fig4")))
@@ -182,6 +184,15 @@ def weights_section(report: Report, key: str, title: str, alt: str, what: str) -
             body += ["", "Held-out accuracy (%) at the end:", "", eval_table(runs)]
     report.section(title, [n for _, n in specs], started, body, what)
     return runs
+
+
+def safely(fn, *args, **kwargs):
+    """fn's result, or None where the runs at hand do not make it (a missing run, a missing baseline)."""
+    try:
+        return fn(*args, **kwargs)
+    except AnalysisError as exc:
+        print(f"note: {exc}", file=sys.stderr)
+        return None
 
 
 def last_values(overrides: list[str]) -> list[str]:
