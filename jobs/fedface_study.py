@@ -134,4 +134,17 @@ def study(scale: Scale) -> list[RunSpec]:
         if scale.bad_party:
             runs.append(_spec("a", "fedface", scale, first, f"a-fedface-shuffled-{scale.bad_party}",
                               [f"parties.{scale.bad_party}.data.shuffle_labels=true"], bad="shuffled", fig6=True))
-    return runs
+    return sorted(runs, key=lambda run: _priority(run, first))
+
+
+def _priority(run: RunSpec, first_seed: int) -> int:
+    """The order runs go in, so that a study cut short has its most telling runs: (a), the bad party, (a)'s
+    second seed, (b), (c), the Moving Norm, (d), (e), (f)."""
+    labels = run.labels
+    if labels["bad"] == "shuffled":
+        return 1
+    if labels["fig5"] == "moving":
+        return 5
+    if labels["setting"] == "a":
+        return 0 if labels["seed"] == first_seed else 2
+    return {"b": 3, "c": 4, "d": 6, "e": 7, "f": 8}[labels["setting"]]
