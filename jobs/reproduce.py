@@ -25,6 +25,7 @@ from jobs.sweep import execute, planned_rows, print_plan
 from jobs.sweeps import RunSpec
 
 STUDIES = {"fedface": (SCALES, study)}
+SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
 def command_line(argv: list[str]) -> str:
@@ -43,18 +44,35 @@ def git_commit() -> str:
 
 
 def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, argv: list[str]) -> dict:
-    """Run (or submit and wait for) the study; returns its index with the study's wall/CPU time and load."""
+    """Run (or submit and wait for) the study; returns its index with the study's wall/CPU time and load. With
+    --resume the runs an earlier session of the same study completed in `folder` are kept, not run again, and
+    the times add up over the sessions."""
     rows = planned_rows(runs, folder, site)
-    load_before, cpu_before, start = os.getloadavg(), children_cpu_s(), time.monotonic()
-    meta = {"study": {"command": command_line(argv), "commit": git_commit(), "scale": args.scale,
-                      "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      "cores": os.cpu_count(), "where": "slurm" if args.slurm else "local",
-                      "load_before": [round(v, 2) for v in load_before]}}
-    execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout, extra=meta)
+    study = {"command": command_line(argv), "commit": git_commit(), "scale": args.scale, "cores": os.cpu_count(),
+             "where": "slurm" if args.slurm else "local", "sessions": []}
+    if args.resume and (folder / "index.json").is_file():
+        earlier = read_index(folder)
+        done = {r["name"]: r for r in earlier["runs"] if r.get("state") == "COMPLETED"}
+        rows = [done.get(row["name"], row) for row in rows]
+        before = earlier.get("study", study)
+        sessions = before.get("sessions") or ([{k: before.get(k) for k in SESSION_KEYS}] if "wall_s" in before else [])
+        study = {**before, "sessions": sessions}
+    session = {"command": command_line(argv), "commit": git_commit(),
+               "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "load_before": [round(v, 2) for v in os.getloadavg()],
+               "runs": [r["name"] for r in rows if r["state"] != "COMPLETED"]}
+    cpu_before, start = children_cpu_s(), time.monotonic()
+    execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout,
+            extra={"study": study})
+    session.update(wall_s=round(time.monotonic() - start, 1),
+                   cpu_s=round(children_cpu_s() - cpu_before, 1) if not args.slurm else None,
+                   load_after=[round(v, 2) for v in os.getloadavg()])
     index = read_index(folder)
-    index["study"].update(wall_s=round(time.monotonic() - start, 1),
-                          cpu_s=round(children_cpu_s() - cpu_before, 1) if not args.slurm else None,
-                          load_after=[round(v, 2) for v in os.getloadavg()])
+    sessions = [*study["sessions"], session]
+    index["study"].update(sessions=sessions, started=sessions[0]["started"],
+                          load_before=sessions[0]["load_before"], load_after=session["load_after"],
+                          wall_s=round(sum(s["wall_s"] for s in sessions), 1),
+                          cpu_s=None if args.slurm else round(sum(s["cpu_s"] or 0 for s in sessions), 1))
     write_index(folder, index)
     return index
 
@@ -75,6 +93,8 @@ def parse_args(argv):
                              "which runs are missing)")
     parser.add_argument("--dry-run", action="store_true", help="print the planned runs; run nothing")
     parser.add_argument("--report-only", action="store_true", help="write the results file from --folder's logs")
+    parser.add_argument("--resume", action="store_true", help="keep the runs an earlier session completed in "
+                                                              "--folder; run the others")
     return parser.parse_intermixed_args(argv)
 
 

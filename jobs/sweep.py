@@ -150,19 +150,21 @@ def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: boo
             parallel: int | None = None, extra: dict | None = None) -> bool:
     """Run planned rows here one after another (local; timeout_s bounds each run) or submit them to Slurm
     (waiting at most timeout_s when `wait`); {folder}/index.json records them, with `extra` keys at its top.
+    Rows already COMPLETED (carried over from an earlier index) are recorded but not run again.
     Returns whether every run completed (False for a submission not waited for)."""
     folder.mkdir(parents=True, exist_ok=True)
     index = {**new_index(name, folder), **(extra or {})}
     index["runs"] = rows
+    pending = [r for r in rows if r["state"] != "COMPLETED"]
     if local:
         from jobs.local import run_rows_locally
-        run_rows_locally(rows, folder, index, timeout_s)
+        run_rows_locally(pending, folder, index, timeout_s)
     else:
-        jobs = submit_rows(rows, folder, site, Path(os.getcwd()), parallel, f"fedmpi-{name}")
+        jobs = submit_rows(pending, folder, site, Path(os.getcwd()), parallel, f"fedmpi-{name}")
         path = write_index(folder, index)
         print(f"submitted {len(jobs)} runs; index {path}", file=sys.stderr, flush=True)
         if wait:
-            wait_rows(rows, jobs, folder, index, timeout_s)
+            wait_rows(pending, jobs, folder, index, timeout_s)
     print_table(rows)
     return (local or wait) and all(r["state"] == "COMPLETED" for r in rows)
 

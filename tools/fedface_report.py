@@ -89,6 +89,10 @@ def header(report: Report, rationale: str) -> list[str]:
              f"- **Wall time {study.get('wall_s', math.nan) / 60:.1f} min**, CPU time (user + sys of every rank) "
              + (f"**{cpu / 60:.1f} min**" if cpu is not None else "not measured (Slurm)")
              + f"; load average (1, 5, 15 min) {study['load_before']} before, {study.get('load_after')} after.",
+             *[f"- Session {i + 1}: `{x['command']}` (commit {x['commit']}), started {x['started']}, "
+               f"{len(x['runs']) if 'runs' in x else 'its'} runs, wall {x['wall_s'] / 60:.1f} min, CPU "
+               f"{(x.get('cpu_s') or 0) / 60:.1f} min, load {x['load_before']} -> {x['load_after']}."
+               for i, x in enumerate(study.get("sessions", [])) if len(study.get("sessions", [])) > 1],
              f"- Scale: {rationale}", "",
              "| run | ranks | state | wall (s) | CPU (s) | its own overrides (beyond those of every run) |", "|---|---:|---|---:|---:|---|"]
     common = set.intersection(*(set(last_values(r["overrides"])) for r in rows)) if rows else set()
