@@ -16,12 +16,12 @@ from tools.weights import weight_trace
 SEED_NOTE = ("mean of the two seeds ± half their difference; setting (a), the only one run with two seeds")
 
 
-def seed_spread_tables(runs, methods: list[str]):
+def seed_spread_tables(runs, methods: list[str], factor: float):
     """(Table 1 per seed, Fig. 4 per seed, Fig. 4 results per seed) for runs grouped as 'seed N' settings."""
     if not runs:
         empty = Table(header=["-"], rows=[], footnotes=["no seed runs"])
         return empty, empty, []
-    t1 = table1(runs, methods=methods)
+    t1 = table1(runs, factor, methods=methods)
     columns = t1.header[2:]
     by_party: dict[str, dict[str, list[float]]] = {}
     for group, party, *values in t1.rows:
