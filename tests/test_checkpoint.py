@@ -405,7 +405,8 @@ CLIENTS = ["clients.rounds=6", "clients.population=10", "clients.images=10", "cl
 
 
 @pytest.mark.parametrize("change, listed", [("clients.alpha=0", r"clients\.alpha 1\.0 -> 0\.0"),
-                                            ("clients.partition_seed=3", r"clients\.partition_seed 0 -> 3")])
+                                            ("clients.partition_seed=3", r"clients\.partition_seed 0 -> 3")],
+                         ids=["alpha", "partition_seed"])
 def test_a_resume_on_another_client_partition_is_refused_unless_allowed(tmp_path, change, listed):
     """Hsu's label skew alpha and the partition seed decide which images each virtual client holds."""
     from fedmpi.config import load_config
