@@ -75,20 +75,25 @@ def throughput(out: Path, n_clients: int, repeats: int) -> None:
                                                           cfg.optim.weight_decay, cfg.optim.batch_size, cfg.run.seed,
                                                           rep)}
     timings = {name: [] for name in loops}
+    cpu = {name: [] for name in loops}     # this process's CPU time: what other processes' load leaves out
     for rep in range(repeats):   # interleaved, in alternating order, so that load from others hits both alike
         for name in (list(loops) if rep % 2 == 0 else list(loops)[::-1]):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             loops[name](rep)
             timings[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
     print(f"1. one trainer rank, {n_clients} clients x {images // n_clients} images, E=1, B={cfg.optim.batch_size}, "
           f"1 thread, {repeats} interleaved repeats:")
     for name, ts in timings.items():
-        print(f"   {name:<22} best {images / min(ts):8.1f} images/s, median {images / np.median(ts):8.1f}")
+        print(f"   {name:<22} best {images / min(ts):8.1f} images/s, median {images / np.median(ts):8.1f}; "
+              f"per CPU second: best {images / min(cpu[name]):8.1f}, median {images / np.median(cpu[name]):8.1f}")
     pairs = [plain / ours for ours, plain in zip(timings["fedmpi LocalTrainer"], timings["plain PyTorch loop"])]
     best = min(timings["plain PyTorch loop"]) / min(timings["fedmpi LocalTrainer"])
     listed = ", ".join(f"{p:.3f}" for p in pairs)
     print(f"   ratio fedmpi / plain   best-of {best:.3f}, median of the repeats' ratios {np.median(pairs):.3f} "
           f"({listed})")
+    cpu_pairs = [plain / ours for ours, plain in zip(cpu["fedmpi LocalTrainer"], cpu["plain PyTorch loop"])]
+    print(f"   ratio per CPU second   median {np.median(cpu_pairs):.3f} ({', '.join(f'{p:.3f}' for p in cpu_pairs)})")
 
 
 def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: int, images: int) -> None:
