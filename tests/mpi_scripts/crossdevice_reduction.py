@@ -1,9 +1,11 @@
 """mpirun worker (4 ranks): cross-device runs of FedAvg and FedAvgM in float64 and FedAvgM in float32, each on 1,
 2 and 3 trainer ranks; then the rules with extra payloads or trainer state (SCAFFOLD, MIME-lite, PFM: STATEFUL)
-on 2 trainer ranks with one-image-batch clients and a checkpoint every round, and SCAFFOLD and PFM once more
-resumed from the checkpoint after round 2 (OUT/<rule>-resumed); all in one launch (one start-up of torch). For each, world ranks 0..k run the real server and trainer roles over their
-own MPI communicator and torch.distributed group; the other ranks only join the collective set-up calls.
-Each run saves its final global model as OUT/<algorithm>-<dtype>-<k>.pt and logs under OUT/<algorithm>-<dtype>-<k>/.
+on 2 trainer ranks with one-batch clients (5 images) and a checkpoint every round, and SCAFFOLD and PFM once more
+resumed from the checkpoint after round 2 (OUT/<rule>-resumed); all in one launch (one start-up of torch).
+For each, world ranks 0..k run the real server and trainer roles over their own MPI communicator and
+torch.distributed group; the other ranks only join the collective set-up calls.
+Each run saves its final global model as OUT/<name>.pt (name: <algorithm>-<dtype>-<k>, or the STATEFUL key) and
+logs under OUT/<name>/.
 
 usage: crossdevice_reduction.py OUT CONFIG [key=value ...]
 """
