@@ -208,7 +208,7 @@ class EvalConfig:
 @dataclass
 class LogConfig:
     dir: str = "runs"
-    name: str = ""                   # run folder under dir; empty: <algorithm>-<timestamp>
+    name: str = ""                   # run folder under dir; empty: <method key>-<timestamp> (pfm-..., centralized-...)
 
 
 @dataclass
