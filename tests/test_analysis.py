@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import pytest
 
 from fedmpi.config import load_config, to_yaml
 from fedmpi.store.h5log import RunLog
+from shared_runs import declare
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTIES = ["ms1m", "ga", "vgg"]
@@ -375,24 +377,22 @@ def test_curves_figure_and_plotted_data(sweep, tmp_path):
 
 
 # 3 parties of one rank each, 3 rounds of K=5 (server + 3 trainer ranks): FedFace (PFM + FV, one FV iteration
-# per round) and its centralized baseline, made once per test session. The FedFace run also serves the
-# single-run tools (summary, table1, curves).
+# per round) and its centralized baseline, made in the session's one launch of shared runs (tests/shared_runs.py).
+# The FedFace run also serves the single-run tools (summary, table1, curves).
 REAL_RUN = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.steps_per_epoch=15", "fed.K=5",
             "optim.milestones=[]", "parties.ms1m.ranks=1", "parties.ms1m.data.identities=16",
             "parties.ga.data.identities=16", "parties.vgg.data.identities=16", "data.val_sets=[lfw,cfp_fp]",
             "data.val_pairs_per_fold=10"]
+declare("fedface", [*REAL_RUN, "fv.enabled=true", "fv.iterations_per_round=1"])
+declare("central", [*REAL_RUN, "fed.algorithm=centralized", "fv.enabled=false"])
 
 
 @pytest.fixture(scope="session")
-def real_fv_runs(tmp_path_factory) -> Path:
-    """Two real runs of one setting: FedFace (PFM + FV, one FV iteration per round) and its centralized baseline."""
-    from mpirun import mpirun
+def real_fv_runs(shared_runs, tmp_path_factory) -> Path:
+    """The two real runs, copied into a folder of their own (the tools are given that folder)."""
     root = tmp_path_factory.mktemp("real_fv")
-    common = [*REAL_RUN, f"log.dir={root}", f"data.root={root / 'data'}"]
-    for extra in (["fv.enabled=true", "fv.iterations_per_round=1", "log.name=fedface"],
-                  ["fed.algorithm=centralized", "fv.enabled=false", "log.name=central"]):
-        proc = mpirun(4, ["-m", "fedmpi.run", *common, *extra], timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for name in ("fedface", "central"):
+        shutil.copytree(shared_runs[name], root / name)
     return root
 
 
