@@ -1,5 +1,5 @@
 """Small runs under mpirun that tests only read, all made in ONE launch per session: every launch pays the start-up
-of torch and MPI on each rank (about 4 s of CPU per rank on 2 cores), the runs themselves a few seconds.
+of torch and MPI on each rank (torch, torchvision, h5py, mpi4py: about 4.5 s of CPU per rank), the runs themselves a few seconds.
 
 A test module declares its runs when it is imported (`declare`); the first test that asks for the fixture
 `shared_runs` (tests/conftest.py) launches every declared run, in declaration order, with
@@ -38,5 +38,6 @@ def launch_all(base: Path) -> dict[str, Path]:
              f"run.save_final={base / name}.pt"] for name, args in _DECLARED.items()]
     (base / "plan.json").write_text(json.dumps(plan, indent=1))
     out = mpirun(WORLD, [str(SCRIPT), str(base / "plan.json")], timeout=TIMEOUT_S)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    started = [line for line in out.stdout.splitlines() if line.startswith("=== fedmpi.run ")]
+    assert out.returncode == 0, f"the last run started: {started[-1:]}\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
     return {name: base / name for name in _DECLARED}
