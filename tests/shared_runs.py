@@ -1,5 +1,5 @@
 """Small runs under mpirun that tests only read, all made in ONE launch per session: every launch pays the start-up
-of torch and MPI on each rank (torch, torchvision, h5py, mpi4py: about 4.5 s of CPU per rank), the runs themselves a few seconds.
+of each rank (torch, torchvision, h5py, mpi4py: about 4.5 s of CPU), the runs themselves a few seconds.
 
 A test module declares its runs when it is imported (`declare`); the first test that asks for the fixture
 `shared_runs` (tests/conftest.py) launches every declared run, in declaration order, with
