@@ -8,7 +8,7 @@ mpirun with real process groups (gloo):
 - every FV iteration and every evaluation is logged; evaluation also runs, server-hosted, without FV.
 
 Two launches, in deterministic mode (fv.iterations_per_round=2): the FedAvg+FV run with 2 validator ranks
-(5 ranks) and the same run without FV, cut to 2 rounds (3 ranks)."""
+(5 ranks) and the same run without FV, cut to 2 rounds of 2 steps (3 ranks)."""
 from __future__ import annotations
 
 import json
@@ -29,7 +29,7 @@ from fedmpi.store.h5log import EVAL_METRICS, LogReader
 from mpirun import mpirun
 
 ROUNDS, K, ITERATIONS, T, VAL_SETS = 5, 40, 2, 4, ["lfw", "agedb_30"]
-NOFV_ROUNDS = 2
+NOFV_ROUNDS, NOFV_K = 2, 2
 PARTIES = ["good", "noisy"]
 # Small enough for a 2-core machine, large enough that a round of the good party measurably helps verification
 # at 16 px (a small ArcFace margin learns fast). The noisy party's labels are shuffled over many identities of
@@ -78,10 +78,12 @@ def with_fv(tmp_path_factory, data_root):
 
 @pytest.fixture(scope="module")
 def without_fv(tmp_path_factory, data_root):
-    """The same run without FV, cut to its first NOFV_ROUNDS rounds (the weighting never changes anyway)."""
+    """The same run without FV, cut to NOFV_ROUNDS rounds of NOFV_K steps (what it shows, a fixed weighting and
+    the server-hosted evaluation, does not depend on how long a round trains)."""
     return launch(tmp_path_factory.mktemp("nofv"), data_root, "nofv", 3,
                   ["fv.enabled=false", f"optim.epochs={NOFV_ROUNDS}", f"optim.milestones=[{NOFV_ROUNDS}]",
-                   f"checkpoint.every={NOFV_ROUNDS}", f"eval.every={NOFV_ROUNDS}"])
+                   f"fed.K={NOFV_K}", f"optim.steps_per_epoch={NOFV_K}", f"checkpoint.every={NOFV_ROUNDS}",
+                   f"eval.every={NOFV_ROUNDS}"])
 
 
 def test_fv_lowers_the_weight_of_the_party_with_shuffled_labels(with_fv):
