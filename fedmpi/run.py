@@ -144,11 +144,13 @@ def main(argv=None) -> int:
     def work() -> int:
         from fedmpi.roles.context import build_context
 
+        from fedmpi.roles.validator import needs_validation_sets, prepare_validation_data
+
         description = prepare_data(cfg, layout) if rank == SERVER else None
-        if rank == SERVER and not cfg.cross_device:
-            from fedmpi.roles.validator import prepare_validation_data
+        if rank == SERVER and needs_validation_sets(cfg):
             prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
-        mpi.Barrier()
+        # the others nap while rank 0 writes the data (a blocking MPI barrier spins); rank 0 failing ends the job
+        comm.barrier(what="data preparation on rank 0", timeout_s=None)
         configure_determinism(cfg)
         ctx = build_context(cfg, layout)
         if cfg.cross_device:

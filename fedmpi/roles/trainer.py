@@ -1,19 +1,20 @@
-"""A party's trainer rank: K local steps per round on its shard of the party's data (DDP within the party
-group), the party's private classifier with local momentum (eq. 1-2), the backbone step of the chosen rule
+"""A party's trainer rank: K local steps per round on its shard of the party's data (the party's mean
+gradient over its group, roles/party_gradients.py), the party's private classifier with local momentum (eq. 1-2), the backbone step of the chosen rule
 (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
 import time
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from fedmpi import comm
 from fedmpi.algorithms import LocalRound, build_algorithm, views
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
 from fedmpi.roles.exchange import Payloads, receive_global, report, send_local
+from fedmpi.roles.party_gradients import PartyGradients
 from fedmpi.roles.precision import Precision
+from fedmpi.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
 from fedmpi.topology import Party
@@ -63,12 +64,11 @@ class Trainer:
         receive_global(ctx, self.party, self.down.flat)
         self.state.write(self.global_theta)
         group = ctx.groups.party
-        self.model = (DistributedDataParallel(self.backbone, process_group=group) if group is not None
-                      else self.backbone)
+        self.party_gradients = PartyGradients(self.state.trainable, group) if group is not None else None
         self.classifier = self._build_classifier().to(ctx.device)
         o = cfg.optim
-        self.classifier_opt = torch.optim.SGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
-                                              weight_decay=o.weight_decay)  # eq. 1-2
+        self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
+                                          weight_decay=o.weight_decay)  # eq. 1-2
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
         self.precision = Precision(o.amp, ctx.device)
 
@@ -122,9 +122,11 @@ class Trainer:
 
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
         with self.precision.autocast():
-            embeddings = self.model(images)
+            embeddings = self.backbone(images)
             loss = self.classifier(embeddings, labels)
         self.precision.backward(loss)
+        if self.party_gradients is not None:
+            self.party_gradients.average()
         self.classifier.sync_grads()
         if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
             with torch.no_grad():
