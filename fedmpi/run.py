@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from fedmpi import control
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.roles import signals
 from fedmpi.topology import SERVER, build_layout, check_world_size
@@ -55,7 +56,8 @@ def on_root(mpi, decide: Callable[[], object]):
             decision = (None, f"{type(exc).__name__}: {exc}")
     else:
         decision = None
-    value, problem = mpi.bcast(decision, root=SERVER)
+    # the others nap while rank 0 decides (a blocking mpi4py bcast spins, taking CPU from rank 0)
+    value, problem = control.bcast(decision, what="rank 0's launch decision", timeout_s=None, comm=mpi)
     if problem:
         raise ConfigError(problem)
     return value
