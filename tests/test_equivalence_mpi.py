@@ -27,6 +27,8 @@ def run_federated(tmp_path, name, overrides):
             f"data.root={tmp_path / 'data'}", f"run.save_final={out_file}"]
     out = mpirun(4, args, timeout=240)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    # FV off and eval.every=0: nothing reads the validation sets, so none are generated
+    assert not list((tmp_path / "data").glob("val-*")), sorted((tmp_path / "data").iterdir())
     saved = torch.load(out_file)
     return saved["theta"][: saved["n_trainable"]]
 
