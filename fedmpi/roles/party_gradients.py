@@ -1,9 +1,9 @@
-"""The party's mean backbone gradient, what DistributedDataParallel gives a multi-rank party: after backward,
+"""The party's mean backbone gradient on CPU, what DistributedDataParallel gives a multi-rank party: after backward,
 each rank's gradients times 1/n go into one flat buffer kept across steps, one all-reduce (sum) over the party
 group, and back into the gradients. DDP is not used because its constructor imports torch._dynamo (1.3 s of CPU
-and 150 MB per rank). What else DDP does is not needed here: the ranks of a party start every round from the
-same Θ (the intra-party broadcast), and the BN running statistics DDP copies from the party's first rank before
-each forward are read nowhere but on that rank (the leader, whose state is the party's upload).
+and 150 MB per rank). What else DDP does is not needed here: the ranks of a party start every round from the same
+Θ (the intra-party broadcast), and the BN running statistics DDP copies from the party's first rank before each
+forward are read nowhere but on that rank (the leader, whose state is the party's upload).
 """
 from __future__ import annotations
 
