@@ -65,7 +65,10 @@ def on_root(mpi, decide: Callable[[], object]):
 
 def choose_run_dir(cfg, resume: str | None = None) -> tuple[Path, bool]:
     """The run folder (rank 0) and whether this launch created it."""
-    name = cfg.log.name or f"{cfg.fed.algorithm}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    from fedmpi.algorithms.registry import method_key
+
+    method = method_key(cfg.fed.algorithm, cfg.fed.setting).replace(" ", "-")   # 'pfm', 'centralized-pfm'
+    name = cfg.log.name or f"{method}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     run_dir = Path(cfg.log.dir) / name
     if resume is not None and not cfg.log.name:
         raise ConfigError("--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)")
