@@ -148,7 +148,6 @@ def main(argv=None) -> int:
 
     def work() -> int:
         from fedmpi.roles.context import build_context
-
         from fedmpi.roles.validator import needs_validation_sets, prepare_validation_data
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
