@@ -23,7 +23,7 @@ from fedmpi.data import load_bin
 from fedmpi.evaluator import Evaluator
 from fedmpi.roles.context import BackboneState, build_backbone
 from fedmpi.roles.evaluation import evaluation_due, log_row
-from fedmpi.roles.validator import TRACE_ENV, Validator, assign_sets, prepare_validation_data
+from fedmpi.roles.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
 from fedmpi.store.checkpoint import SERVER_PART, latest_complete, read_part
 from fedmpi.store.h5log import EVAL_METRICS, LogReader
 from mpirun import mpirun
@@ -191,6 +191,15 @@ def test_sets_are_dealt_round_robin_over_dedicated_validators():
     assert assign_sets(sets, 5) == [[s] for s in sets]
     with pytest.raises(ValueError, match="fv.validators: 6 dedicated validators for 5 validation sets"):
         assign_sets(sets, 6)
+
+
+def test_validation_sets_are_prepared_only_when_fv_or_evaluation_reads_them():
+    def needs(*overrides):
+        return needs_validation_sets(load_config("configs/demo_cpu.yaml", list(overrides)))
+    assert needs("fv.enabled=true", "eval.every=0")
+    assert needs("fv.enabled=false", "eval.every=4")
+    assert not needs("fv.enabled=false", "eval.every=0")
+    assert not needs_validation_sets(load_config("configs/hsu_cifar10.yaml"))
 
 
 def test_evaluation_after_round_1_every_n_rounds_and_at_the_end_only_when_asked():
