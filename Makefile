@@ -53,10 +53,12 @@ test: $(TEST_STAMP)
 # Hsu et al.'s table at CPU scale (docs/results/README.md): 100 clients of 100 synthetic images, 150 rounds,
 # alpha in {100, 1, 0.1, 0}, C in {0.1, 0.4}, E = 1, 3 client lrs, FedAvg and FedAvgM beta = 0.9, one seed.
 HSU_CPU := docs/results/hsu-cpu
+# 16 runs of about 120 CPU-s each (1,920 CPU-s in all): alpha x 2 client lrs x FedAvg / FedAvgM beta=0.9 at
+# C=0.1, clients of 20 images, B=5, 60 rounds (docs/results/README.md gives its cost and why this grid)
 hsu-cpu: $(STAMP)
-	$(PY) -m jobs.sweep hsu --local --folder $(HSU_CPU) --alpha 100,1,0.1,0 --fraction 0.1,0.4 --epochs 1 \
-		--lr 0.01,0.03,0.1 --seeds 0 --beta 0.9 clients.population=100 clients.images=100 \
-		clients.train_images=10000 clients.test_images=2000 clients.rounds=150 eval.every=50 run.device=cpu \
+	$(PY) -m jobs.sweep hsu --local --folder $(HSU_CPU) --alpha 100,1,0.1,0 --fraction 0.1 --epochs 1 \
+		--lr 0.01,0.1 --seeds 0 --beta 0.9 clients.population=100 clients.images=20 optim.batch_size=5 \
+		clients.train_images=5000 clients.test_images=1000 clients.rounds=60 eval.every=30 run.device=cpu \
 		data.root=data $(ARGS)
 	$(PY) -m tools.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
 	$(PY) -m tools.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png

@@ -20,8 +20,9 @@ class ConfigError(ValueError):
 
 
 from fedmpi.config_sections import (BenchmarkSets, CheckpointConfig, DataConfig, DataSpec, EvalConfig,  # noqa: F401
-                                    FedConfig, FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig,
-                                    RunConfig, ServerConfig, _three_parties, algorithm_class, algorithm_options)
+                                    FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig, RunConfig,
+                                    _three_parties)
+from fedmpi.config_fed import BASELINE, FedConfig, ServerConfig, algorithm_class, algorithm_options  # noqa: E402,F401
 from fedmpi.config_clients import ClientsConfig  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def migrate_legacy(data: dict) -> dict:
         return data
     fed = dict(fed)
     if fed.get("algorithm") in ("centralized", "solo"):
-        fed["setting"], fed["algorithm"] = fed["algorithm"], "fedavg"
+        fed["setting"], fed["algorithm"] = fed["algorithm"], BASELINE
         fed["local_momentum"] = (data.get("optim") or {}).get("momentum", OptimConfig.momentum)
     for old, new in LEGACY_SERVER_KEYS.items():
         if old in fed:

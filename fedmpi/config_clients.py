@@ -51,14 +51,3 @@ class ClientsConfig:
                                 "federated or centralized")
         if cfg.fv.enabled:
             fail("fv.enabled", "FV weights silo parties; cross-device clients (clients.population > 0) have none")
-        from fedmpi.config_sections import algorithm_class
-        rule = algorithm_class(cfg)
-        if rule.up or rule.down or _rebuilds_on_global(rule):
-            why = "moves extra payloads" if rule.up or rule.down else "keeps trainer state across rounds"
-            fail("fed.algorithm", f"cross-device clients are stateless and send only their model; {rule.name} {why}")
-
-
-def _rebuilds_on_global(rule) -> bool:
-    from fedmpi.algorithms.base import Algorithm
-
-    return rule.on_global is not Algorithm.on_global

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from fedmpi import control
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.roles import signals
 from fedmpi.topology import SERVER, build_layout, check_world_size
@@ -55,7 +56,8 @@ def on_root(mpi, decide: Callable[[], object]):
             decision = (None, f"{type(exc).__name__}: {exc}")
     else:
         decision = None
-    value, problem = mpi.bcast(decision, root=SERVER)
+    # the others nap while rank 0 decides (a blocking mpi4py bcast spins, taking CPU from rank 0)
+    value, problem = control.bcast(decision, what="rank 0's launch decision", timeout_s=None, comm=mpi)
     if problem:
         raise ConfigError(problem)
     return value
@@ -63,7 +65,10 @@ def on_root(mpi, decide: Callable[[], object]):
 
 def choose_run_dir(cfg, resume: str | None = None) -> tuple[Path, bool]:
     """The run folder (rank 0) and whether this launch created it."""
-    name = cfg.log.name or f"{cfg.fed.algorithm}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    from fedmpi.algorithms.registry import method_key
+
+    method = method_key(cfg.fed.algorithm, cfg.fed.setting).replace(" ", "-")   # 'pfm', 'centralized-pfm'
+    name = cfg.log.name or f"{method}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     run_dir = Path(cfg.log.dir) / name
     if resume is not None and not cfg.log.name:
         raise ConfigError("--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)")
@@ -143,12 +148,13 @@ def main(argv=None) -> int:
 
     def work() -> int:
         from fedmpi.roles.context import build_context
+        from fedmpi.roles.validator import needs_validation_sets, prepare_validation_data
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
-        if rank == SERVER and not cfg.cross_device:
-            from fedmpi.roles.validator import prepare_validation_data
+        if rank == SERVER and needs_validation_sets(cfg):
             prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
-        mpi.Barrier()
+        # the others nap while rank 0 writes the data (a blocking MPI barrier spins); rank 0 failing ends the job
+        comm.barrier(what="data preparation on rank 0", timeout_s=None)
         configure_determinism(cfg)
         ctx = build_context(cfg, layout)
         if cfg.cross_device:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from fedmpi.algorithms.registry import PAPERS, RULES, rule
+
 CONFIG = "configs/hsu_cifar10.yaml"
 
 
@@ -30,7 +32,7 @@ class HsuGrid:
     lr: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     beta: tuple[float, ...] = (0.7, 0.9, 0.97, 0.99, 0.997)     # server momentum rules' (FedAvgM); FedAvg is 0
-    algorithms: tuple[str, ...] = ("fedavg", "fedavgm")
+    algorithms: tuple[str, ...] = PAPERS["hsu"]    # FedAvg, FedAvgM
 
 
 PARSERS = {"alpha": _floats, "fraction": _floats, "epochs": _ints, "lr": _floats, "seeds": _ints, "beta": _floats,
@@ -55,8 +57,6 @@ def grid_from_args(args) -> HsuGrid | None:
     empty = [name for name, v in values.items() if not v]
     if empty:
         raise ValueError(f"--{empty[0]}: give at least one value")
-    from fedmpi.algorithms.registry import RULES
-
     unknown = set(values.get("algorithms", ())) - set(RULES)
     if unknown:
         raise ValueError(f"--algorithms: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
@@ -65,8 +65,6 @@ def grid_from_args(args) -> HsuGrid | None:
 
 def _server_momentum(algorithm: str) -> bool:
     """Whether the rule's server step is momentum (FedAvgM): then beta is a grid dimension."""
-    from fedmpi.algorithms.registry import rule
-
     return rule(algorithm).server_optimizer == "momentum"
 
 

@@ -123,15 +123,28 @@ def batch_weights():
 LRS = [0.1] * 4 + [0.01] * 4  # a milestone on a round boundary
 
 
-def launch_rule(tmp_path, name: str, overrides: list[str], rounds: int = 2, K: int = 2):
-    """A tiny run of a rule under mpirun: party a of 2 ranks, party b of 1, float64, a checkpoint every round.
-    Returns the run folder."""
-    from mpirun import mpirun
+def rule_overrides(overrides: list[str], rounds: int = 2, K: int = 2) -> list[str]:
+    """A tiny run of a rule: party a of 2 ranks, party b of 1, float64, a checkpoint every round."""
     from test_equivalence_mpi import SMALL
 
-    args = ["-m", "fedmpi.run", *SMALL, f"fed.K={K}", f"optim.steps_per_epoch={K * rounds}", "optim.epochs=1",
-            "optim.milestones=[]", "checkpoint.every=1", f"checkpoint.keep={rounds}", *overrides,
-            f"log.dir={tmp_path}", f"log.name={name}", f"data.root={tmp_path / 'data'}"]
+    return [*SMALL, f"fed.K={K}", f"optim.steps_per_epoch={K * rounds}", "optim.epochs=1", "optim.milestones=[]",
+            "checkpoint.every=1", f"checkpoint.keep={rounds}", *overrides]
+
+
+def declare_rule(name: str, overrides: list[str], rounds: int = 2, K: int = 2) -> str:
+    """The tiny run of a rule, made in the session's one launch of shared runs (tests/shared_runs.py)."""
+    from shared_runs import declare
+
+    return declare(name, rule_overrides(overrides, rounds, K))
+
+
+def launch_rule(tmp_path, name: str, overrides: list[str], rounds: int = 2, K: int = 2, data=None):
+    """The tiny run of a rule in a launch of its own (data.root: `data`, else tmp_path/data). Returns the run
+    folder."""
+    from mpirun import mpirun
+
+    args = ["-m", "fedmpi.run", *rule_overrides(overrides, rounds, K), f"log.dir={tmp_path}", f"log.name={name}",
+            f"data.root={data or tmp_path / 'data'}"]
     out = mpirun(4, args, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return tmp_path / name

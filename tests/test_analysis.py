@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import pytest
 
 from fedmpi.config import load_config, to_yaml
 from fedmpi.store.h5log import RunLog
+from shared_runs import declare
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTIES = ["ms1m", "ga", "vgg"]
@@ -121,25 +123,6 @@ def make_sweep(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def sweep(tmp_path_factory) -> Path:
     return make_sweep(tmp_path_factory.mktemp("sweep"))
-
-
-# ------------------------------------------------------------------ a short real run (fedmpi.run under mpirun)
-
-REAL_RUN = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.steps_per_epoch=10", "fed.K=5",
-            "optim.milestones=[]", "parties.ms1m.ranks=1", "parties.ms1m.data.identities=16",
-            "parties.ga.data.identities=16", "parties.vgg.data.identities=16", "fv.enabled=false",
-            "log.name=pfm"]
-
-
-@pytest.fixture(scope="session")
-def real_run(tmp_path_factory) -> Path:
-    """One 3-party PFM run of 2 rounds (server + 3 trainer ranks), made once per test session."""
-    from mpirun import mpirun
-    root = tmp_path_factory.mktemp("real")
-    proc = mpirun(4, ["-m", "fedmpi.run", *REAL_RUN, f"log.dir={root}", f"data.root={root / 'data'}"],
-                  timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return root / "pfm"
 
 
 # ------------------------------------------------------------------ helpers
@@ -393,36 +376,44 @@ def test_curves_figure_and_plotted_data(sweep, tmp_path):
 # ------------------------------------------------------------------ the tools on a real run
 
 
-def test_tools_on_a_real_run(real_run, tmp_path):
+# 3 parties of one rank each, 3 rounds of K=5 (server + 3 trainer ranks): FedFace (PFM + FV, one FV iteration
+# per round) and its centralized baseline, made in the session's one launch of shared runs (tests/shared_runs.py).
+# The FedFace run also serves the single-run tools (summary, table1, curves).
+REAL_RUN = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.steps_per_epoch=15", "fed.K=5",
+            "optim.milestones=[]", "parties.ms1m.ranks=1", "parties.ms1m.data.identities=16",
+            "parties.ga.data.identities=16", "parties.vgg.data.identities=16", "data.val_sets=[lfw,cfp_fp]",
+            "data.val_pairs_per_fold=10"]
+declare("fedface", [*REAL_RUN, "fv.enabled=true", "fv.iterations_per_round=1"])
+declare("central", [*REAL_RUN, "fed.algorithm=centralized", "fv.enabled=false"])
+
+
+@pytest.fixture(scope="session")
+def real_fv_runs(shared_runs, tmp_path_factory) -> Path:
+    """The two real runs, copied into a folder of their own (the tools are given that folder)."""
+    root = tmp_path_factory.mktemp("real_fv")
+    for name in ("fedface", "central"):
+        shutil.copytree(shared_runs[name], root / name)
+    return root
+
+
+def test_tools_on_a_real_run(real_fv_runs, tmp_path):
     from tools import curves, summary, table1
+    real_run = real_fv_runs / "fedface"
     d = read_h5(real_run / "log.h5")
-    assert d["parties"] == PARTIES and len(d["rounds/round"]) == 2
-    col = {q: v["pfm"] for q, v in as_dict(run_csv(summary.main, [real_run], tmp_path)).items()}
-    assert col["method"] == "PFM" and int(col["rounds logged"]) == 2 and int(col["last step"]) == 10
-    assert int(col["rounds planned"]) == 2
+    assert d["parties"] == PARTIES and len(d["rounds/round"]) == 3
+    col = {q: v["fedface"] for q, v in as_dict(run_csv(summary.main, [real_run], tmp_path)).items()}
+    assert col["method"] == "PFM+FV" and int(col["rounds logged"]) == 3 and int(col["last step"]) == 15
+    assert int(col["rounds planned"]) == 3
     assert close(col["images/s"], (d["rounds/images_per_s"] * d["rounds/round_time"]).sum()
                  / d["rounds/round_time"].sum())
-    rows = run_csv(table1.main, [real_run.parent], tmp_path, "t1.csv")
-    assert rows[0] == ["Setting", "Party", "PFM"]
+    rows = run_csv(table1.main, [real_run, "--methods", "PFM+FV"], tmp_path, "t1.csv")
+    assert rows[0] == ["Setting", "Party", "PFM+FV"]
+    assert len(rows) == 4
     for row, i in zip(rows[1:], range(3)):
         assert row[:2] == ["IR-18-AF, 3-party, K=5", PARTIES[i]]
         assert close(row[2], ema_reference(d["rounds/loss"][:, i], 0.99))
     curves.main([str(real_run), "--fig", str(tmp_path / "real.png")])
     assert_png(tmp_path / "real.png")
-
-
-@pytest.fixture(scope="session")
-def real_fv_runs(tmp_path_factory) -> Path:
-    """Two real runs of one setting: FedFace (PFM + FV, one FV iteration per round) and its centralized baseline."""
-    from mpirun import mpirun
-    root = tmp_path_factory.mktemp("real_fv")
-    common = [*REAL_RUN[:-2], "optim.steps_per_epoch=15", "data.val_sets=[lfw,cfp_fp]", "data.val_pairs_per_fold=10",
-              f"log.dir={root}", f"data.root={root / 'data'}"]
-    for extra in (["fv.enabled=true", "fv.iterations_per_round=1", "log.name=fedface"],
-                  ["fed.algorithm=centralized", "fv.enabled=false", "log.name=central"]):
-        proc = mpirun(4, ["-m", "fedmpi.run", *common, *extra], timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return root
 
 
 def test_relative_and_weights_on_real_fedface_and_centralized_runs(real_fv_runs, tmp_path):

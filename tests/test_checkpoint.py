@@ -398,3 +398,27 @@ def test_a_resume_that_changes_the_lr_is_refused_unless_allowed(tmp_path):
         ck.find_resume_point("auto", changed, layout, tmp_path)
     point = ck.find_resume_point("auto", changed, layout, tmp_path, allow_changes=True)
     assert point.changes == {"optim.lr": [0.1, 0.05]}
+
+
+CLIENTS = ["clients.rounds=6", "clients.population=10", "clients.images=10", "clients.train_images=100",
+           "clients.test_images=10"]
+
+
+@pytest.mark.parametrize("change, listed", [("clients.alpha=0", r"clients\.alpha 1\.0 -> 0\.0"),
+                                            ("clients.partition_seed=3", r"clients\.partition_seed 0 -> 3")],
+                         ids=["alpha", "partition_seed"])
+def test_a_resume_on_another_client_partition_is_refused_unless_allowed(tmp_path, change, listed):
+    """Hsu's label skew alpha and the partition seed decide which images each virtual client holds."""
+    from fedmpi.config import load_config
+    from fedmpi.topology import build_layout
+
+    cfg = load_config("configs/hsu_cifar10.yaml", CLIENTS)
+    saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, build_layout(cfg), lambda comm: "",
+                            stream=io.StringIO())
+    saver.save(2, {ck.SERVER_PART: {"theta": torch.zeros(3), "config": to_yaml(cfg)}})
+    changed = load_config("configs/hsu_cifar10.yaml", [*CLIENTS, change])
+    with pytest.raises(ck.ResumeError, match=rf"this run changes what .*round_000002 was computed with \({listed}\); "
+                                             r".* add --allow-config-changes"):
+        ck.find_resume_point("auto", changed, build_layout(changed), tmp_path)
+    point = ck.find_resume_point("auto", changed, build_layout(changed), tmp_path, allow_changes=True)
+    assert list(point.changes) == [change.split("=")[0]] and point.round == 2

@@ -70,10 +70,6 @@ def test_assignment_balances_sample_counts():
 @pytest.mark.parametrize("overrides, message", [
     (["clients.fraction=0"], "clients.fraction: must be in (0, 1], got 0.0"),
     (["clients.images=600"], "clients.images: 100 clients x 600 images exceed the 50000 training images"),
-    (["fed.algorithm=pfm"], "fed.algorithm: cross-device clients are stateless and send only their model; pfm "
-                            "keeps trainer state across rounds"),
-    (["fed.algorithm=scaffold"], "fed.algorithm: cross-device clients are stateless and send only their model; "
-                                 "scaffold moves extra payloads"),
     (["fed.setting=solo", "fed.solo_party=ms1m"], "fed.setting: solo picks a silo party"),
     (["fv.enabled=true"], "fv.enabled: FV weights silo parties"),
     (["clients.dataset=cifar10"], "clients.path: clients.dataset cifar10 needs the cifar-10-batches-py folder"),

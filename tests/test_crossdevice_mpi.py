@@ -1,6 +1,8 @@
 """Cross-device runs under mpirun (configs/hsu_cifar10.yaml shrunk by overrides): the reduction over trainer
 ranks equals gathering every client's model and averaging, on 1, 2 and 3 trainer ranks, for FedAvg and FedAvgM
-(float64, 1e-9); a run's test accuracy rises, and the run resumed from a checkpoint ends the same."""
+(float64, 1e-9), and so do SCAFFOLD (client states shipped by the server), MIME-lite (extra payloads) and PFM
+(M rebuilt on every trainer rank), which resume bitwise from a checkpoint; a run's test accuracy rises, and the
+run resumed from a checkpoint ends the same."""
 from __future__ import annotations
 
 import json
@@ -9,17 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedmpi.algorithms import build_algorithm
-from fedmpi.config import load_config
-from fedmpi.crossdevice.client_data import open_client_data
-from fedmpi.crossdevice.local_training import LocalTrainer
-from fedmpi.crossdevice.model import build_client_model
-from fedmpi.crossdevice.sampler import ClientSampler
-from fedmpi.roles.context import BackboneState
+from crossdevice_harness import CONFIG, simulate
+from fedmpi.store.checkpoint import read_part, round_folder_name
 from fedmpi.store.h5log import LogReader
 from mpirun import mpirun
 
-CONFIG = "configs/hsu_cifar10.yaml"
 TINY = ["clients.population=6", "clients.images=12", "clients.train_images=80", "clients.test_images=40",
         "clients.fraction=0.5", "clients.rounds=3", "clients.alpha=0.5", "optim.batch_size=5", "optim.lr=0.05",
         "eval.every=0", "run.device=cpu", "run.deterministic=true"]   # the script sets run.dtype
@@ -27,28 +23,9 @@ ALGORITHMS = {"fedavg": ["fed.algorithm=fedavg"], "fedavgm": ["fed.algorithm=fed
 
 
 def reference(overrides) -> tuple[torch.Tensor, list]:
-    """Every sampled client trained in one process, its model kept, then sum_k n_k theta_k / sum_k n_k."""
-    cfg = load_config(CONFIG, overrides)
-    data = open_client_data(cfg)
-    model = build_client_model(cfg, torch.device("cpu"), torch.float64)
-    state = BackboneState(model)
-    theta = state.read()
-    algorithm = build_algorithm(cfg)
-    server_state = algorithm.init_server_state(theta, {})
-    local = LocalTrainer(model, state, algorithm, data, epochs=1, batch_size=cfg.optim.batch_size,
-                         seed=cfg.run.seed, augment=False, device=torch.device("cpu"), dtype=torch.float64)
-    sampler = ClientSampler(len(data.parts), cfg.clients.fraction, cfg.clients.sampler_seed)
-    sampled = []
-    for r in range(cfg.rounds):
-        ids = sampler.sample()
-        sampled.append(ids.tolist())
-        gathered = []
-        for k in ids:
-            _, n = local.train_client(theta, int(k), r, cfg.optim.lr)
-            gathered.append((n, state.read().clone()))
-        average = sum(n * t for n, t in gathered) / sum(n for n, _ in gathered)
-        algorithm.server_update(theta, {"theta": average}, server_state, participation=len(ids) / len(data.parts))
-    return theta, sampled
+    """Every sampled client trained in one process, its upload kept, then sum_k n_k u_k / sum_k n_k."""
+    run = simulate(overrides)
+    return run.theta, run.sampled
 
 
 def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
@@ -67,6 +44,21 @@ def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
             with LogReader(tmp_path / f"{algorithm}-float64-{ranks}" / "log.h5") as log:
                 assert log.table("clients")["ids"].tolist() == sampled
         assert (expected - reference([*common, *extra])[0]).abs().max() == 0  # the reference is reproducible
+    # rules with extra payloads and trainer state; SCAFFOLD's c_i live in the server's checkpoint part
+    one_step = [*common, "clients.images=5", "checkpoint.every=1", "checkpoint.keep=3"]
+    for rule, extra in (("scaffold", []), ("mime_lite", []), ("pfm", ["optim.momentum=0.9"])):
+        expected = simulate([*one_step, f"fed.algorithm={rule}", *extra])
+        theta = torch.load(tmp_path / f"{rule}.pt")["theta"]
+        assert (theta - expected.theta).abs().max() < 1e-9, rule
+        if rule == "scaffold":   # the clients' c_i, kept by the server, in its checkpoint part
+            saved = read_part(tmp_path / rule / "ckpt" / round_folder_name(3) / "server.h5")
+            clients = saved["validation"]["sampler"]["clients"]
+            assert clients["ids"].tolist() == sorted(expected.store.states)
+            stored = torch.stack([expected.store.states[k] for k in sorted(expected.store.states)])
+            assert clients["values"].abs().max() > 1e-3
+            assert torch.allclose(clients["values"], stored, atol=1e-9, rtol=0)
+        if rule != "mime_lite":  # resumed after round 2: the clients' states (SCAFFOLD), M (PFM) restored
+            assert torch.equal(torch.load(tmp_path / f"{rule}-resumed.pt")["theta"], theta), rule
     # float32 models, summed in float64 on the ranks: the rank count changes the float64 sum by ~1e-16
     # relative, below float32's rounding, so the global model is the same bit for bit here
     float32 = [torch.load(tmp_path / f"fedavgm-float32-{ranks}.pt")["theta"] for ranks in (1, 2, 3)]
@@ -76,7 +68,7 @@ def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
 
 SHRUNK = ["clients.population=10", "clients.images=100", "clients.train_images=1000", "clients.test_images=300",
           "clients.fraction=0.4", "clients.epochs=2", "clients.alpha=100", "clients.rounds=10", "optim.batch_size=20",
-          "optim.lr=0.1", "eval.every=5", "checkpoint.every=5", "run.device=cpu", "run.deterministic=true"]
+          "optim.lr=0.1", "eval.every=5", "checkpoint.every=4", "run.device=cpu", "run.deterministic=true"]
 
 
 def test_hsu_config_shrunk_accuracy_rises_and_a_resumed_run_ends_the_same(tmp_path):
@@ -95,11 +87,11 @@ def test_hsu_config_shrunk_accuracy_rises_and_a_resumed_run_ends_the_same(tmp_pa
     assert histogram.shape == (10, 10) and (histogram.sum(1) == 100).all() and len(described["hash"]) == 16
     assert clients["ids"].shape == (10, 4) and (rounds["bytes_moved"] > 0).all()
 
-    # the same run resumed after round 5 (its checkpoint restores Theta, FedAvgM's velocity and the sampler)
-    resumed = mpirun(3, [*common, "log.name=run", "--resume", str(tmp_path / "run" / "ckpt" / "round_000005"),
+    # the same run resumed after round 8 (its checkpoint restores Theta, FedAvgM's velocity and the sampler)
+    resumed = mpirun(3, [*common, "log.name=run", "--resume", str(tmp_path / "run" / "ckpt" / "round_000008"),
                          f"run.save_final={tmp_path / 'resumed.pt'}"], timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    assert "round 6/10" in resumed.stdout and "round 5/10" not in resumed.stdout
+    assert "round 9/10" in resumed.stdout and "round 8/10" not in resumed.stdout
     assert torch.equal(torch.load(tmp_path / "resumed.pt")["theta"], torch.load(tmp_path / "run.pt")["theta"])
     with LogReader(tmp_path / "run" / "log.h5") as log:
         assert np.array_equal(log.table("clients")["ids"], clients["ids"])

@@ -1,6 +1,7 @@
-"""DESIGN.md sec. 4 invariants through `python -m fedmpi.run` under mpirun with real process groups (gloo,
+"""DESIGN.md sec. 4 invariants through fedmpi.run's main under mpirun with real process groups (gloo,
 float64): PFM K=1 with batch-proportional weights follows centralized momentum SGD on the same per-rank
-batches; FedAvg K=1 without momentum follows centralized SGD; FedAvgM with beta=0 equals FedAvg."""
+batches; FedAvg K=1 without momentum follows centralized SGD; FedAvgM with beta=0 equals FedAvg. The four runs
+are made in the session's one launch of shared runs (tests/shared_runs.py)."""
 import torch
 
 from fedmpi.config import load_config
@@ -8,7 +9,7 @@ from fedmpi.roles.context import BackboneState, build_backbone, initial_weights
 from fedmpi.roles.trainer import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
 from fedmpi.topology import build_layout
-from mpirun import mpirun
+from shared_runs import data_root_of, declare
 
 # party a: 2 ranks (DDP + sharded classifier), party b: 1 rank; lr drops after round 3 (a round boundary)
 SMALL = [
@@ -21,22 +22,27 @@ SMALL = [
 ]
 
 
-def run_federated(tmp_path, name, overrides):
-    out_file = tmp_path / f"{name}.pt"
-    args = ["-m", "fedmpi.run", *SMALL, *overrides, f"log.dir={tmp_path}", f"log.name={name}",
-            f"data.root={tmp_path / 'data'}", f"run.save_final={out_file}"]
-    out = mpirun(4, args, timeout=240)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    saved = torch.load(out_file)
+PFM_K1 = ["fed.algorithm=pfm", "fed.K=1", "fed.weighting=batch"]
+FEDAVG_K1 = ["fed.algorithm=fedavg", "fed.K=1", "fed.weighting=batch", "fed.local_momentum=0", "optim.momentum=0"]
+K3 = ["fed.K=3", "optim.steps_per_epoch=3", "fed.local_momentum=0.9"]
+declare("eq-pfm-k1", [*SMALL, *PFM_K1])
+declare("eq-fedavg-k1", [*SMALL, *FEDAVG_K1])
+declare("eq-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3])
+declare("eq-fedavgm-b0", [*SMALL, "fed.algorithm=fedavgm", "fed.server_momentum=0", "fed.nesterov=true", *K3])
+
+
+def run_federated(shared_runs, name):
+    """The trainable part of a run's final global model (run.save_final)."""
+    saved = torch.load(f"{shared_runs[name]}.pt")
     return saved["theta"][: saved["n_trainable"]]
 
 
-def centralized_reference(tmp_path, overrides, momentum):
+def centralized_reference(data, overrides, momentum):
     """Momentum SGD on the union of every rank's batch: backbone gradient sum_i w_i dL_i/dtheta, where L_i is
     party i's mean loss over all its ranks' samples; each party's classifier its own momentum SGD (eq. 1-2)."""
     from fedmpi.models.heads import build_classifier
 
-    cfg = load_config(None, [*SMALL, *overrides, f"data.root={tmp_path / 'data'}"])
+    cfg = load_config(None, [*SMALL, *overrides, f"data.root={data}"])
     layout = build_layout(cfg)
     prepare_data(cfg, layout)
     dtype, cpu = torch.float64, torch.device("cpu")
@@ -75,28 +81,23 @@ def centralized_reference(tmp_path, overrides, momentum):
     return torch.cat([p.detach().reshape(-1) for p in state.trainable])
 
 
-def test_pfm_k1_follows_centralized_momentum_sgd(tmp_path):
-    overrides = ["fed.algorithm=pfm", "fed.K=1", "fed.weighting=batch"]
-    federated = run_federated(tmp_path, "pfm", overrides)
-    reference = centralized_reference(tmp_path, overrides, momentum=0.9)
+def test_pfm_k1_follows_centralized_momentum_sgd(shared_runs):
+    federated = run_federated(shared_runs, "eq-pfm-k1")
+    reference = centralized_reference(data_root_of(shared_runs["eq-pfm-k1"]), PFM_K1, momentum=0.9)
     assert federated.shape == reference.shape
     assert torch.allclose(federated, reference, atol=1e-9, rtol=0), (federated - reference).abs().max()
 
 
-def test_fedavg_k1_without_momentum_follows_centralized_sgd(tmp_path):
-    overrides = ["fed.algorithm=fedavg", "fed.K=1", "fed.weighting=batch", "fed.local_momentum=0",
-                 "optim.momentum=0"]
-    federated = run_federated(tmp_path, "fedavg", overrides)
-    reference = centralized_reference(tmp_path, overrides, momentum=0.0)
+def test_fedavg_k1_without_momentum_follows_centralized_sgd(shared_runs):
+    federated = run_federated(shared_runs, "eq-fedavg-k1")
+    data = data_root_of(shared_runs["eq-fedavg-k1"])
+    reference = centralized_reference(data, FEDAVG_K1, momentum=0.0)
     assert torch.allclose(federated, reference, atol=1e-9, rtol=0), (federated - reference).abs().max()
-    moved = (reference - centralized_reference(tmp_path, overrides, momentum=0.9)).abs().max()
+    moved = (reference - centralized_reference(data, FEDAVG_K1, momentum=0.9)).abs().max()
     assert moved > 1e-6  # the comparison can tell momentum from none
 
 
-def test_fedavgm_with_zero_server_momentum_equals_fedavg(tmp_path):
+def test_fedavgm_with_zero_server_momentum_equals_fedavg(shared_runs):
     """(That a non-zero server momentum changes the result is checked in test_algorithms.)"""
-    common = ["fed.K=3", "optim.steps_per_epoch=3", "fed.local_momentum=0.9"]
-    fedavg = run_federated(tmp_path, "fedavg_k3", ["fed.algorithm=fedavg", *common])
-    fedavgm = run_federated(tmp_path, "fedavgm_b0", ["fed.algorithm=fedavgm", "fed.server_momentum=0",
-                                                     "fed.nesterov=true", *common])
+    fedavg, fedavgm = run_federated(shared_runs, "eq-fedavg-k3"), run_federated(shared_runs, "eq-fedavgm-b0")
     assert torch.allclose(fedavg, fedavgm, atol=1e-12, rtol=0)

@@ -2,7 +2,7 @@
 lr 0.01) and refuses another; under mpirun the server's second step is Alg. 2's update of its first."""
 import pytest
 
-from algorithm_harness import assert_adaptive_server_step, launch_rule
+from algorithm_harness import assert_adaptive_server_step, declare_rule
 from fedmpi.algorithms import build_algorithm
 from fedmpi.config import ConfigError, load_config
 
@@ -15,7 +15,10 @@ def test_the_rule_is_fedavg_with_the_adam_server_optimizer():
         load_config(None, ["fed.algorithm=fedadam", "fed.server.optimizer=sgd"])
 
 
-def test_under_mpirun_the_server_step_is_reddis_update(tmp_path):
-    run = launch_rule(tmp_path, "fedadam", ["fed.algorithm=fedadam", "fed.server.lr=0.05", "fed.server.beta1=0.8",
-                                        "fed.server.beta2=0.9", "fed.server.tau=0.01"])
+RUN = declare_rule("fedadam", ["fed.algorithm=fedadam", "fed.server.lr=0.05", "fed.server.beta1=0.8",
+                               "fed.server.beta2=0.9", "fed.server.tau=0.01"])  # made in the shared launch
+
+
+def test_under_mpirun_the_server_step_is_reddis_update(shared_runs):
+    run = shared_runs[RUN]
     assert_adaptive_server_step(run, "adam", lr=0.05, beta1=0.8, beta2=0.9, tau=0.01)

@@ -7,6 +7,8 @@ from algorithm_harness import LRS, WD, federated, float64  # noqa: F401
 from fedmpi.algorithms import LocalRound
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.fedprox import FedProx, FedProxOptions
+from shared_runs import data_root_of, declare
+from test_equivalence_mpi import SMALL, centralized_reference, run_federated
 
 
 @pytest.mark.usefixtures("float64")
@@ -39,11 +41,12 @@ def test_mu_is_checked():
     assert load_config(None, ["fed.algorithm=fedprox"]).fed.options == {"mu": 0.01}
 
 
-def test_under_mpirun_k1_follows_centralized_sgd_for_any_mu(tmp_path):
-    from test_equivalence_mpi import centralized_reference, run_federated
+K1 = ["fed.algorithm=fedprox", "fed.options.mu=0.5", "fed.K=1", "fed.weighting=batch", "fed.local_momentum=0",
+      "optim.momentum=0"]
+declare("fedprox-k1", [*SMALL, *K1])  # made in the shared launch
 
-    overrides = ["fed.algorithm=fedprox", "fed.options.mu=0.5", "fed.K=1", "fed.weighting=batch",
-                 "fed.local_momentum=0", "optim.momentum=0"]
-    federated_run = run_federated(tmp_path, "fedprox", overrides)
-    reference = centralized_reference(tmp_path, overrides, momentum=0.0)
+
+def test_under_mpirun_k1_follows_centralized_sgd_for_any_mu(shared_runs):
+    federated_run = run_federated(shared_runs, "fedprox-k1")
+    reference = centralized_reference(data_root_of(shared_runs["fedprox-k1"]), K1, momentum=0.0)
     assert torch.allclose(federated_run, reference, atol=1e-9, rtol=0), (federated_run - reference).abs().max()

@@ -8,7 +8,7 @@ mpirun with real process groups (gloo):
 - every FV iteration and every evaluation is logged; evaluation also runs, server-hosted, without FV.
 
 Two launches, in deterministic mode (fv.iterations_per_round=2): the FedAvg+FV run with 2 validator ranks
-(5 ranks) and the same run without FV, cut to 2 rounds (3 ranks)."""
+(5 ranks) and the same run without FV, cut to 2 rounds of 2 steps (3 ranks)."""
 from __future__ import annotations
 
 import json
@@ -23,13 +23,13 @@ from fedmpi.data import load_bin
 from fedmpi.evaluator import Evaluator
 from fedmpi.roles.context import BackboneState, build_backbone
 from fedmpi.roles.evaluation import evaluation_due, log_row
-from fedmpi.roles.validator import TRACE_ENV, Validator, assign_sets, prepare_validation_data
+from fedmpi.roles.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
 from fedmpi.store.checkpoint import SERVER_PART, latest_complete, read_part
 from fedmpi.store.h5log import EVAL_METRICS, LogReader
 from mpirun import mpirun
 
 ROUNDS, K, ITERATIONS, T, VAL_SETS = 5, 40, 2, 4, ["lfw", "agedb_30"]
-NOFV_ROUNDS = 2
+NOFV_ROUNDS, NOFV_K = 2, 2
 PARTIES = ["good", "noisy"]
 # Small enough for a 2-core machine, large enough that a round of the good party measurably helps verification
 # at 16 px (a small ArcFace margin learns fast). The noisy party's labels are shuffled over many identities of
@@ -78,10 +78,12 @@ def with_fv(tmp_path_factory, data_root):
 
 @pytest.fixture(scope="module")
 def without_fv(tmp_path_factory, data_root):
-    """The same run without FV, cut to its first NOFV_ROUNDS rounds (the weighting never changes anyway)."""
+    """The same run without FV, cut to NOFV_ROUNDS rounds of NOFV_K steps (what it shows, a fixed weighting and
+    the server-hosted evaluation, does not depend on how long a round trains)."""
     return launch(tmp_path_factory.mktemp("nofv"), data_root, "nofv", 3,
                   ["fv.enabled=false", f"optim.epochs={NOFV_ROUNDS}", f"optim.milestones=[{NOFV_ROUNDS}]",
-                   f"checkpoint.every={NOFV_ROUNDS}", f"eval.every={NOFV_ROUNDS}"])
+                   f"fed.K={NOFV_K}", f"optim.steps_per_epoch={NOFV_K}", f"checkpoint.every={NOFV_ROUNDS}",
+                   f"eval.every={NOFV_ROUNDS}"])
 
 
 def test_fv_lowers_the_weight_of_the_party_with_shuffled_labels(with_fv):
@@ -189,6 +191,15 @@ def test_sets_are_dealt_round_robin_over_dedicated_validators():
     assert assign_sets(sets, 5) == [[s] for s in sets]
     with pytest.raises(ValueError, match="fv.validators: 6 dedicated validators for 5 validation sets"):
         assign_sets(sets, 6)
+
+
+def test_validation_sets_are_prepared_only_when_fv_or_evaluation_reads_them():
+    def needs(*overrides):
+        return needs_validation_sets(load_config("configs/demo_cpu.yaml", list(overrides)))
+    assert needs("fv.enabled=true", "eval.every=0")
+    assert needs("fv.enabled=false", "eval.every=4")
+    assert not needs("fv.enabled=false", "eval.every=0")
+    assert not needs_validation_sets(load_config("configs/hsu_cifar10.yaml"))
 
 
 def test_evaluation_after_round_1_every_n_rounds_and_at_the_end_only_when_asked():

@@ -8,6 +8,8 @@ from algorithm_harness import BETA, LRS, WD, batch_weights, centralized, federat
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.mime_lite import MimeLite, MimeLiteOptions
 from fedmpi.config import ConfigError, load_config
+from shared_runs import data_root_of, declare
+from test_equivalence_mpi import SMALL, centralized_reference, run_federated
 
 
 @pytest.mark.usefixtures("float64")
@@ -34,10 +36,11 @@ def test_the_server_optimizer_is_its_own():
         load_config(None, ["fed.algorithm=mime_lite", "fed.options.momentum=1.5"])
 
 
-def test_under_mpirun_k1_follows_centralized_momentum_sgd(tmp_path):
-    from test_equivalence_mpi import centralized_reference, run_federated
+K1 = ["fed.algorithm=mime_lite", "fed.K=1", "fed.weighting=batch"]
+declare("mime_lite-k1", [*SMALL, *K1])  # made in the shared launch
 
-    overrides = ["fed.algorithm=mime_lite", "fed.K=1", "fed.weighting=batch"]
-    federated_run = run_federated(tmp_path, "mime_lite", overrides)
-    reference = centralized_reference(tmp_path, overrides, momentum=0.9)
+
+def test_under_mpirun_k1_follows_centralized_momentum_sgd(shared_runs):
+    federated_run = run_federated(shared_runs, "mime_lite-k1")
+    reference = centralized_reference(data_root_of(shared_runs["mime_lite-k1"]), K1, momentum=0.9)
     assert torch.allclose(federated_run, reference, atol=1e-9, rtol=0), (federated_run - reference).abs().max()

@@ -4,7 +4,7 @@ the parties' (with uniform w, the paper's mean), in the plain-function driver an
 import pytest
 import torch
 
-from algorithm_harness import LRS, checkpoint_parts, federated, float64, launch_rule  # noqa: F401
+from algorithm_harness import LRS, checkpoint_parts, declare_rule, federated, float64  # noqa: F401
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.scaffold import Scaffold
 
@@ -45,8 +45,11 @@ def test_the_server_control_variate_is_the_mean_of_the_parties_and_corrects_the_
     assert (theta - fedavg).abs().max() > 1e-4   # the correction changes the run
 
 
-def test_under_mpirun_the_server_control_variate_is_the_mean_of_the_parties(tmp_path):
-    run = launch_rule(tmp_path, "scaffold", ["fed.algorithm=scaffold"])
+RUN = declare_rule("scaffold", ["fed.algorithm=scaffold"])  # made in the shared launch
+
+
+def test_under_mpirun_the_server_control_variate_is_the_mean_of_the_parties(shared_runs):
+    run = shared_runs[RUN]
     parts = checkpoint_parts(run, 2)
     c = parts["server.h5"]["algorithm"]["control"]
     party = [torch.cat([t.reshape(-1) for t in parts[f"party-{p}-0.h5"]["algorithm"]["control"]]) for p in "ab"]

@@ -4,13 +4,14 @@
    what a trainer rank runs each round) against a plain single-process PyTorch loop training the same clients
    with the same model, the same batches in the same order, SGD with weight decay 0.004 and the same
    sum_k n_k theta_k accumulation (goal: >= 0.9x). One thread, CPU.
-2. Round time and bytes per round at M = 100 clients of 500 images (the paper's population) for C = 0.1 and 0.4
-   on 1, 2 and 4 trainer ranks: `python -m fedmpi.run --config configs/hsu_cifar10.yaml` under mpirun, read
+2. Round time and bytes per round at M = 100 clients of 500 images (the paper's population; --images shrinks the
+   clients, the bytes do not depend on it) for C = 0.1 and 0.4 on 1, 2 and 4 trainer ranks:
+   `python -m fedmpi.run --config configs/hsu_cifar10.yaml` under mpirun, read
    from the run logs (mean round time over the rounds after the first); run.deterministic=true, and the final
    global models of the different rank counts are compared (max |difference|, bitwise equality).
 
-    python -m tools.bench_clients [--clients 10] [--rounds 3] [--ranks 1 2 4] [--fractions 0.1 0.4]
-                                  [--out /tmp/bench_clients] [--skip-rounds]
+    python -m tools.bench_clients [--clients 10] [--repeats 3] [--rounds 3] [--images 500] [--ranks 1 2 4]
+                                  [--fractions 0.1 0.4] [--out /tmp/bench_clients] [--skip-rounds]
 """
 from __future__ import annotations
 
@@ -69,32 +70,42 @@ def throughput(out: Path, n_clients: int, repeats: int) -> None:
                          seed=cfg.run.seed, augment=False, device=torch.device("cpu"), dtype=torch.float32)
     clients = list(range(n_clients))
     images = sum(len(data.parts[k]) for k in clients)
-    timings = {"fedmpi LocalTrainer": [], "plain PyTorch loop": []}
-    for rep in range(repeats):   # interleaved, so that load from other processes hits both alike
-        t = time.perf_counter()
-        local.train_round(theta, clients, rep, cfg.optim.lr)
-        timings["fedmpi LocalTrainer"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        plain_loop(model, data, clients, theta, cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.batch_size,
-                   cfg.run.seed, rep)
-        timings["plain PyTorch loop"].append(time.perf_counter() - t)
+    loops = {"fedmpi LocalTrainer": lambda rep: local.train_round(theta, clients, rep, cfg.optim.lr),
+             "plain PyTorch loop": lambda rep: plain_loop(model, data, clients, theta, cfg.optim.lr,
+                                                          cfg.optim.weight_decay, cfg.optim.batch_size, cfg.run.seed,
+                                                          rep)}
+    timings = {name: [] for name in loops}
+    cpu = {name: [] for name in loops}     # this process's CPU time: what other processes' load leaves out
+    for rep in range(repeats):   # interleaved, in alternating order, so that load from others hits both alike
+        for name in (list(loops) if rep % 2 == 0 else list(loops)[::-1]):
+            t, c = time.perf_counter(), time.process_time()
+            loops[name](rep)
+            timings[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
     print(f"1. one trainer rank, {n_clients} clients x {images // n_clients} images, E=1, B={cfg.optim.batch_size}, "
-          f"1 thread, best of {repeats}:")
-    best = {name: images / min(ts) for name, ts in timings.items()}
-    for name, ips in best.items():
-        print(f"   {name:<22} {ips:8.1f} images/s")
-    print(f"   ratio fedmpi / plain   {best['fedmpi LocalTrainer'] / best['plain PyTorch loop']:.3f}")
+          f"1 thread, {repeats} interleaved repeats:")
+    for name, ts in timings.items():
+        print(f"   {name:<22} best {images / min(ts):8.1f} images/s, median {images / np.median(ts):8.1f}; "
+              f"per CPU second: best {images / min(cpu[name]):8.1f}, median {images / np.median(cpu[name]):8.1f}")
+    pairs = [plain / ours for ours, plain in zip(timings["fedmpi LocalTrainer"], timings["plain PyTorch loop"])]
+    best = min(timings["plain PyTorch loop"]) / min(timings["fedmpi LocalTrainer"])
+    listed = ", ".join(f"{p:.3f}" for p in pairs)
+    print(f"   ratio fedmpi / plain   best-of {best:.3f}, median of the repeats' ratios {np.median(pairs):.3f} "
+          f"({listed})")
+    cpu_pairs = [plain / ours for ours, plain in zip(cpu["fedmpi LocalTrainer"], cpu["plain PyTorch loop"])]
+    print(f"   ratio per CPU second   median {np.median(cpu_pairs):.3f} ({', '.join(f'{p:.3f}' for p in cpu_pairs)})")
 
 
-def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: int) -> None:
-    print(f"2. M=100 clients x 500 images, E=1, B=64, {rounds} rounds (mean round time of rounds 2..), CPU/gloo:")
+def rounds_table(out: Path, ranks: list[int], fractions: list[float], rounds: int, images: int) -> None:
+    print(f"2. M=100 clients x {images} images, E=1, B=64, {rounds} rounds (mean round time of rounds 2..), CPU/gloo:")
     print(f"   {'C':>4}  {'trainer ranks':>13}  {'round time s':>12}  {'MB per round':>12}  {'up MB':>8}")
     for C in fractions:
         finals = {}
         for R in ranks:
             name = f"C{C:g}-R{R}"
             args = ["-m", "fedmpi.run", "--config", CONFIG, f"clients.fraction={C}", f"clients.ranks={R}",
-                    f"clients.rounds={rounds}", "eval.every=0", "clients.eval_images=500", "run.device=cpu",
+                    f"clients.rounds={rounds}", f"clients.images={images}", "eval.every=0", "clients.eval_images=500",
+                    "run.device=cpu",
                     "run.deterministic=true", f"run.save_final={out / name}.pt", f"data.root={out / 'data'}",
                     f"log.dir={out}", f"log.name={name}"]
             (out / name / "log.h5").unlink(missing_ok=True)
@@ -120,6 +131,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--images", type=int, default=500, help="images per client in the round-time table")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.4])
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_clients"))
@@ -127,7 +139,7 @@ def main() -> int:
     args = parser.parse_args()
     throughput(args.out, args.clients, args.repeats)
     if not args.skip_rounds:
-        rounds_table(args.out, args.ranks, args.fractions, args.rounds)
+        rounds_table(args.out, args.ranks, args.fractions, args.rounds, args.images)
     return 0
 
 

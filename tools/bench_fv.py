@@ -6,7 +6,8 @@ Runs `python -m fedmpi.run` under mpirun (every rank through tools/rank_probe.py
   FV off                         the reference round time
   FV on, dedicated validators    round-time overhead, FV iterations completed in each round (adaptive mode:
                                  as many as fit), and the validator ranks' CPU (process CPU time / wall) from
-                                 the end of round 2 to the end of the last round
+                                 the end of round 2 to the end of the last round, and their CPU share while
+                                 idle (waiting for the server's next request; from their message traces)
   FV idle                        dedicated validators with one FV iteration per round on tiny sets
                                  (fv.iterations_per_round=1, 2 pairs per fold): the validators wait almost all
                                  the time, so their CPU share is what waiting costs (plus that small work)
@@ -43,15 +44,29 @@ def run(repo: Path, out: Path, name: str, rounds: int, extra: list[str]) -> dict
     steps = 40  # demo: K=10, so 4 rounds per epoch
     overrides = [f"optim.steps_per_epoch={steps}", f"optim.epochs={max(1, rounds * 10 // steps)}",
                  "optim.milestones=[]", "eval.every=0", f"data.root={out / 'data'}", *extra]
+    trace = out / f"{name}-trace"
     launch = run_fedmpi(repo, world_size(repo, overrides), [*overrides, f"log.dir={out}", f"log.name={name}"],
-                        probe_dir=out / f"{name}-probe")
+                        probe_dir=out / f"{name}-probe", env={"FEDMPI_VALIDATOR_TRACE": str(trace)})
     with LogReader(out / name / "log.h5") as log:
         result = {"rounds": log.table("rounds"), "fv": log.table("fv")}
     validators = [r for r in launch.probes if r >= world_size(repo, [*overrides, "fv.enabled=false"])]
     if validators and rounds > 2:
         start, end = launch.time_of("round 2/"), launch.time_of(f"round {rounds}/")
         result["validator_cpu"] = [cpu_share(launch.probes[r], start, end) for r in sorted(validators)]
+        result["validator_idle"] = [idle_share(trace / f"validator-{r}.jsonl") for r in sorted(validators)]
     return result
+
+
+def idle_share(path: Path) -> tuple[float, float] | None:
+    """(CPU seconds / wall seconds, wall seconds) a validator spent waiting for the server's control words, from
+    its message trace (None: a checkout whose trace does not record waiting)."""
+    import json
+
+    waits = [r for r in map(json.loads, path.read_text().splitlines()) if "wait_s" in r] if path.exists() else []
+    if not waits:
+        return None
+    wall = sum(r["wait_s"] for r in waits)
+    return sum(r["wait_cpu_s"] for r in waits) / wall, wall
 
 
 def describe(label: str, result: dict, rounds: int, baseline: float | None = None) -> float:
@@ -67,6 +82,9 @@ def describe(label: str, result: dict, rounds: int, baseline: float | None = Non
     if "validator_cpu" in result:
         shares = " ".join(f"{100 * s:.1f} %" for s in result["validator_cpu"])
         print(f"      validator CPU (process CPU / wall, rounds 3..{rounds}): {shares} of a core")
+        idle = " ".join("n/a" if s is None else f"{100 * s[0]:.2f} % over {s[1]:.0f} s"
+                        for s in result["validator_idle"])
+        print(f"      of which idle (waiting for the server, whole run): {idle} of a core")
     return mean
 
 

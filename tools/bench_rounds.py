@@ -1,8 +1,9 @@
-"""Benchmark (issue 2): wall time per round of PFM against the centralized baseline for the same number of
-steps on the same ranks (CPU, gloo), and the backbone bytes moved per round against the minimum (|T| + 1
-backbones). Launches `python -m fedmpi.run` under mpirun and reads the run logs.
+"""Benchmark (issue 2): wall time per round of a rule (default: the registry's default, PFM) against the
+centralized baseline (the baseline rule in one party) for the same number of steps on the same ranks (CPU,
+gloo), and the backbone bytes moved per round against the minimum (|T| + 1 backbones). Launches
+`python -m fedmpi.run` under mpirun and reads the run logs.
 
-    python -m tools.bench_rounds [--K 100] [--rounds 3] [--out /tmp/bench_rounds]
+    python -m tools.bench_rounds [--rule NAME] [--K 100] [--rounds 3] [--out /tmp/bench_rounds]
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from mpirun import mpirun  # noqa: E402
 
+from fedmpi.algorithms.registry import BASELINE, DEFAULT, RULES, method_label  # noqa: E402
 from fedmpi.store.h5log import LogReader  # noqa: E402
 
 
@@ -32,26 +34,28 @@ def run(out: Path, name: str, K: int, rounds: int, extra: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rule", choices=list(RULES), default=DEFAULT)
     parser.add_argument("--K", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_rounds"))
     args = parser.parse_args()
-    pfm = run(args.out, f"pfm-{args.K}", args.K, args.rounds, ["fed.algorithm=pfm"])
-    central = run(args.out, f"central-{args.K}", args.K, args.rounds, ["fed.algorithm=centralized"])
+    federated = run(args.out, f"{args.rule}-{args.K}", args.K, args.rounds, [f"fed.algorithm={args.rule}"])
+    central = run(args.out, f"central-{args.K}", args.K, args.rounds,
+                  ["fed.setting=centralized", f"fed.algorithm={BASELINE}"])
     from fedmpi.config import load_config
     from fedmpi.roles.context import BackboneState, build_backbone
     import torch
     cfg = load_config("configs/demo_cpu.yaml")
     B = BackboneState(build_backbone(cfg, torch.device("cpu"), torch.float32)).nbytes()
-    P = len(pfm["parties"])
+    P = len(federated["parties"])
     steady = slice(1, None) if args.rounds > 1 else slice(None)
     print(f"demo layout (1 server + 2/1/1 trainer ranks), K={args.K}, {args.rounds} rounds, CPU/gloo")
-    print(f"  PFM          round time {np.mean(pfm['round_time'][steady]):.2f} s "
-          f"({np.mean(pfm['round_time'][steady]) / args.K * 1000:.1f} ms/step)")
+    print(f"  {method_label(args.rule)[0]:<12} round time {np.mean(federated['round_time'][steady]):.2f} s "
+          f"({np.mean(federated['round_time'][steady]) / args.K * 1000:.1f} ms/step)")
     print(f"  centralized  round time {np.mean(central['round_time'][steady]):.2f} s "
           f"({np.mean(central['round_time'][steady]) / args.K * 1000:.1f} ms/step)")
-    print(f"  backbone {B / 1e6:.2f} MB; bytes moved per round {pfm['bytes'][-1] / 1e6:.2f} MB = "
-          f"{pfm['bytes'][-1] / B:.1f} backbones; minimum (|T|+1) = {P + 1} backbones "
+    print(f"  backbone {B / 1e6:.2f} MB; bytes moved per round {federated['bytes'][-1] / 1e6:.2f} MB = "
+          f"{federated['bytes'][-1] / B:.1f} backbones; minimum (|T|+1) = {P + 1} backbones "
           f"({(P + 1) * B / 1e6:.2f} MB)")
     return 0
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+
+from fedmpi.algorithms.registry import method_label
 from tools.plots import add_figure_args, add_pdf_arg, beside_input, figure_legend, panel_grid, save_figure
 from tools.runs import cli
 from tools.hsu_results import load_results, mean_over_seeds
@@ -18,19 +20,27 @@ def curves(results) -> dict[tuple, dict[float, list[tuple[float, float]]]]:
     return {panel: {b: sorted(points) for b, points in sorted(lines.items())} for panel, lines in out.items()}
 
 
+def line_labels(results) -> dict[float, str]:
+    """beta -> the legend of its line: the rule's label (FedAvg at beta = 0, FedAvgM above) and beta."""
+    rules = {beta: algorithm for (algorithm, beta, *_), _ in mean_over_seeds(results).items()}
+    return {beta: f"{method_label(rule)[0]} " + ("(β=0)" if beta == 0 else f"β={beta:g}")
+            for beta, rule in rules.items()}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.hsu_lr", description=__doc__)
     parser.add_argument("sweep", help="an hsu sweep folder (its index.json)")
     add_figure_args(parser, default="", what="the figure (default: SWEEP/hsu_lr.png)")
     add_pdf_arg(parser)
     args = parser.parse_args(argv)
-    data = curves(load_results(args.sweep))
+    results = load_results(args.sweep)
+    data, labels = curves(results), line_labels(results)
     panels = sorted(data, key=lambda p: (p[0], -p[1], -p[2]))
     fig, axes = panel_grid(len(panels), max_cols=4, size=(4.2, 3.2))
     for ax, (E, C, alpha) in zip(axes, panels):
         for beta, points in data[(E, C, alpha)].items():
             x, y = zip(*points)
-            ax.plot(x, y, marker="o", label="FedAvg (β=0)" if beta == 0 else f"FedAvgM β={beta:g}")
+            ax.plot(x, y, marker="o", label=labels[beta])
         ax.set_xscale("log")
         ax.set_ylim(0, 1)
         ax.set_title(f"E={E}  C={C:g}  α={alpha:g}", fontsize=9)

@@ -3,7 +3,7 @@
 ran Federated Validation, marked ' moving-norm' when FV used the Moving Norm."""
 from __future__ import annotations
 
-from fedmpi.algorithms.registry import RULES, SINGLE_PARTY_SETTINGS, method_label
+from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, method_label
 
 FV_SUFFIX = "+FV"
 
@@ -41,4 +41,6 @@ def method_sort_key(method: str) -> tuple:
 
 
 def method_legend(method: str) -> str:
-    return "PFM+FV (FedFace)" if method == "PFM+FV" else method
+    """The paper's name for its own method: FedFace is PFM with FV."""
+    fedface = method_label(PAPERS["fedface"][1])[0] + FV_SUFFIX
+    return f"{fedface} (FedFace)" if method == fedface else method

@@ -34,15 +34,16 @@ class Launch:
 
 
 def run_fedmpi(repo: Path, ranks: int, overrides: list[str], probe_dir: Path | None = None,
-               timeout: float = 1800) -> Launch:
-    """`mpirun -n RANKS python -m fedmpi.run --config REPO/configs/demo_cpu.yaml OVERRIDES` in REPO."""
+               timeout: float = 1800, env: dict | None = None) -> Launch:
+    """`mpirun -n RANKS python -m fedmpi.run --config REPO/configs/demo_cpu.yaml OVERRIDES` in REPO (`env`:
+    variables added to the ranks' environment)."""
     args = ["-m", "fedmpi.run", "--config", str(repo / "configs" / "demo_cpu.yaml"), *overrides]
     if probe_dir is not None:
         args = [str(PROBE), str(probe_dir), *args]
     cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(ranks), sys.executable, *args]
     started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo,
-                            env=mpi_env({"PYTHONPATH": str(repo)}))
+                            env=mpi_env({"PYTHONPATH": str(repo), **(env or {})}))
     lines = [(time.time(), line) for line in proc.stdout]
     _, err = proc.communicate(timeout=timeout)
     if proc.returncode:

@@ -19,6 +19,7 @@ import math
 import string
 import sys
 
+from fedmpi.algorithms.registry import SINGLE_PARTY_SETTINGS, method_label
 from fedmpi.protocols import BENCHMARKS, metric_names
 from fedmpi.protocols.report import HEADLINE
 from fedmpi.store.h5log import EVAL_METRICS
@@ -29,8 +30,8 @@ from tools.plots import (add_figure_args, add_pdf_arg, beside_input, figure_lege
 from tools.runs import AnalysisError, METRIC_NAMES, Run, add_run_args, cli
 from tools.tables import Table, add_table_args, emit, nan_mean, render
 
-BASELINE = "Centralized"
-EXCLUDED = ("Centralized", "Solo")
+BASELINE = method_label("centralized")[0]
+EXCLUDED = tuple(method_label(setting)[0] for setting in SINGLE_PARTY_SETTINGS)
 HEADLINE_METRIC = "headline"
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+from fedmpi.algorithms.registry import PAPERS, SINGLE_PARTY_SETTINGS, method_label
 from tools.collect import collect_runs, runs_by_setting
 from tools.methods import method_order, method_sort_key
 from tools.runs import AnalysisError, CENTRALIZED_PARTY, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
 from tools.tables import Table, add_table_args, ema_final, emit, nan_mean, render
 
 DEFAULT_FACTOR = 0.99
-DEFAULT_METHODS = ("Solo", "Centralized", "FedAvg", "PFM")
+DEFAULT_METHODS = tuple(method_label(key)[0] for key in (*SINGLE_PARTY_SETTINGS, *PAPERS["fedface"]))
 
 
 def cell_runs(runs: list[Run]) -> dict[tuple[str, str, str], list[tuple[Run, str]]]:

@@ -9,9 +9,13 @@
                                                           means), in place; down payloads live in state
 
 `up` / `down` name the extra payloads a rule moves besides θ_i and Θ, each of the size of the trainable
-parameters; the roles pack them after the backbone in one flat buffer. No MPI here: the roles move the
-tensors, a rule only does arithmetic on them. `params`, `grads` are lists of parameter tensors; `state` is a
-plain dict of tensors so that checkpoints store it as is.
+parameters; the roles pack them after the backbone in one flat buffer. `client_state` / `global_state` name
+the trainer-state keys that must survive a round where a trainer rank trains other clients each round (the
+cross-device simulation): those that belong to one client (SCAFFOLD's c_i, kept for it between its rounds)
+and those that `on_global` rebuilds from the global models (PFM's M, the same on every trainer); any other key
+starts afresh for every client and round there. A silo party keeps its whole trainer state. No MPI here: the
+roles move the tensors, a rule only does arithmetic on them. `params`, `grads` are lists of parameter tensors;
+`state` is a plain dict of tensors so that checkpoints store it as is.
 """
 from __future__ import annotations
 
@@ -51,6 +55,8 @@ class Algorithm:
     fixed_server_optimizer: ClassVar[bool] = False   # True: fed.server.optimizer may not name another one
     up: ClassVar[tuple[str, ...]] = ()
     down: ClassVar[tuple[str, ...]] = ()
+    client_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that follow a client across rounds
+    global_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that on_global rebuilds from Θ
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):

@@ -18,6 +18,7 @@ class PFM(Algorithm):
     name = "pfm"
     label = "PFM"
     color = "#ff7f0e"
+    global_state = ("global_momentum",)   # M is a function of the global models (eq. 6): one per trainer
 
     def __init__(self, options=None, *, momentum: float = 0.9, **kw):
         super().__init__(options, **kw)

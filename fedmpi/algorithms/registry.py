@@ -20,6 +20,12 @@ RULES = {
     "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
 }
 
+# The rules each reproduced paper compares, its baseline first: FedFace (FedAvg, PFM; FedFace = PFM + FV) and
+# Hsu et al. (FedAvg, FedAvgM). The paper sweeps, the tools' default tables and the default config read them.
+PAPERS = {"fedface": ("fedavg", "pfm"), "hsu": ("fedavg", "fedavgm")}
+BASELINE = "fedavg"            # the rule of the layout baselines (centralized, solo) and of earlier configs' names
+DEFAULT = PAPERS["fedface"][1]  # fed.algorithm when a config names none
+
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
 # data), solo (fed.solo_party alone); the last two are the paper's baselines and combine with any rule.
 SETTINGS = {"federated": ("", ""), "centralized": ("Centralized", "#000000"), "solo": ("Solo", "#7f7f7f")}
@@ -41,7 +47,7 @@ def method_key(algorithm: str, setting: str) -> str:
     is FedAvg (the paper's centralized / solo baselines), or both ('centralized pfm')."""
     if setting == "federated":
         return algorithm
-    return setting if algorithm == "fedavg" else f"{setting} {algorithm}"
+    return setting if algorithm == BASELINE else f"{setting} {algorithm}"
 
 
 def method_label(key: str) -> tuple[str, str]:

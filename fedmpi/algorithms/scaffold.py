@@ -21,6 +21,7 @@ class Scaffold(FedAvg):
     color = "#8c564b"
     up = ("control_delta",)
     down = ("control",)
+    client_state = ("control",)      # c_i: the client's own, across the rounds it takes part in
 
     def init_trainer_state(self, params):
         return {**super().init_trainer_state(params), "control": [torch.zeros_like(p) for p in params]}

@@ -1,10 +1,13 @@
 """A cross-device round's communication, as the exchange of the server's round loop (docs/ARCHITECTURE.md,
 "The round loop and its exchange"). Control (the round's client assignment, per-rank statistics) goes over
 MPI; tensors over torch.distributed in one group of the server and every trainer rank:
-  down: the server broadcasts Theta (one flat buffer);
-  up:   the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k] (float64) are summed onto the server by one
-        reduce, so the bytes of a round grow with the number of trainer ranks, never with the clients a rank
-        trains.
+  down:  the server broadcasts the global payload [Theta | the rule's down payloads] (one flat buffer);
+  up:    the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k u_k for each up payload | sum_k n_k]
+         (float64) are summed onto the server by one reduce, so these bytes grow with the number of trainer
+         ranks, never with the clients a rank trains;
+  state: for a rule with per-client state (Algorithm.client_state), the server sends each sampled client's
+         state to the rank that trains it and receives the updated state back (point-to-point, in the order of
+         the assignment): 2 x (sampled clients) x (state size) per round.
 The server side samples the round's clients (the exchange is where a round's uploads come from)."""
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.roles.exchange import round_statistics
 from fedmpi.topology import SERVER
@@ -30,45 +34,64 @@ def client_group(ctx):
 
 class ClientExchange:
     """Server side, the exchange of the round loop (fedmpi.roles.server). `rows` is None (no per-party uploads:
-    FV cannot run on it). With a `log`, each round's sampled clients go to its /clients table."""
+    FV cannot run on it). `up_numel`: the size of [theta | up payloads]; `store`: the clients' states (None for
+    a rule whose clients are stateless). With a `log`, each round's sampled clients go to its /clients table."""
     rows = None
 
-    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, numel: int, log=None):
-        self.ctx, self.sampler, self.sizes, self.numel, self.log = ctx, sampler, sizes, numel, log
+    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, up_numel: int, log=None,
+                 store: ClientStore | None = None):
+        self.ctx, self.sampler, self.sizes, self.log, self.store = ctx, sampler, sizes, log, store
         self.trainers = ctx.layout.trainer_ranks
         self.group = client_group(ctx)
-        self.payload = torch.zeros(numel + 1, dtype=torch.float64, device=ctx.device)
+        self.payload = torch.zeros(up_numel + 1, dtype=torch.float64, device=ctx.device)
         self.clients = np.zeros(0, dtype=np.int64)
         self._work = None
-        self._theta_bytes = 0
+        self._returning: list[tuple[int, torch.Tensor, object]] = []
+        self._down_bytes = 0
 
     @property
     def participation(self) -> float:
         return len(self.clients) / self.sampler.population
 
-    def send(self, theta: torch.Tensor) -> None:
-        self._theta_bytes = theta.numel() * theta.element_size()
-        dist.broadcast(theta, src=SERVER, group=self.group)
+    def send(self, down: torch.Tensor) -> None:
+        self._down_bytes = down.numel() * down.element_size()
+        dist.broadcast(down, src=SERVER, group=self.group)
 
     def post(self, r: int) -> None:
-        """Sample round r's clients, tell each trainer rank its share, start the reduction of their models."""
+        """Sample round r's clients, tell each trainer rank its share (and send their states), start receiving
+        the states back and the reduction of the clients' payloads."""
         self.clients = self.sampler.sample()
-        comm.bcast((r, assign_to_ranks(self.clients, self.sizes, len(self.trainers))), what=_assignment(r),
-                   timeout_s=self.ctx.cfg.run.collective_timeout_s, comm=self.ctx.mpi_fed)
+        assignment = assign_to_ranks(self.clients, self.sizes, len(self.trainers))
+        comm.bcast((r, assignment), what=_assignment(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                   comm=self.ctx.mpi_fed)
+        if self.store is not None:
+            self._send_states(assignment)
         self.payload.zero_()
         self._work = dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
+    def _send_states(self, assignment: list[list[int]]) -> None:
+        outgoing = [(rank, k, self.store.get(k).to(self.ctx.device, copy=True))
+                    for rank, ks in zip(self.trainers, assignment) for k in ks]
+        for work in [dist.isend(state, dst=rank, group=self.group) for rank, _, state in outgoing]:
+            work.wait()
+        self._returning = [(k, state, dist.irecv(state, src=rank, group=self.group)) for rank, k, state in outgoing]
+
     def is_complete(self) -> bool:
-        return self._work is None or self._work.is_completed()
+        return ((self._work is None or self._work.is_completed())
+                and all(work.is_completed() for _, _, work in self._returning))
 
     def wait(self) -> None:
+        for k, state, work in self._returning:
+            work.wait()
+            self.store.put(k, state)
+        self._returning = []
         if self._work is not None:
             self._work.wait()
             self._work = None
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
-        """sum_k n_k theta_k / sum_k n_k over the round's clients (w is not used: the weights are the clients'
-        example counts, applied on the trainer ranks before the reduction)."""
+        """sum_k n_k u_k / sum_k n_k over the round's clients, for theta and each up payload (w is not used:
+        the weights are the clients' example counts, applied on the trainer ranks before the reduction)."""
         out.copy_(self.payload[:-1] / self.payload[-1])
         return out
 
@@ -85,16 +108,25 @@ class ClientExchange:
                  "images": sum(s["images"] for s in stats), "seconds": max(s["seconds"] for s in stats)}]
 
     def bytes_per_round(self) -> dict:
-        """Theta down to every trainer rank, every trainer rank's payload up (as the reduce's inputs)."""
+        """The global payload down to every trainer rank, every trainer rank's payload up (as the reduce's
+        inputs); each sampled client's state down and back up when the rule keeps one."""
         R = len(self.trainers)
-        return {"up": R * self.payload.numel() * self.payload.element_size(), "down": R * self._theta_bytes,
-                "intra": 0}
+        state = 0
+        if self.store is not None:
+            state = len(self.clients) * self.store.layout.numel * self.store.initial.element_size()
+        return {"up": R * self.payload.numel() * self.payload.element_size() + state,
+                "down": R * self._down_bytes + state, "intra": 0}
 
     def state_dict(self) -> dict:
-        return {"sampler": self.sampler.state_dict()}
+        state = {"sampler": self.sampler.state_dict()}
+        if self.store is not None:
+            state["clients"] = self.store.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if self.store is not None:
+            self.store.load_state_dict(state["clients"])
 
 
 class TrainerSide:
@@ -105,8 +137,8 @@ class TrainerSide:
         self.trainers = ctx.layout.trainer_ranks
         self.group = client_group(ctx)
 
-    def receive_global(self, theta: torch.Tensor) -> None:
-        dist.broadcast(theta, src=SERVER, group=self.group)
+    def receive_global(self, down: torch.Tensor) -> None:
+        dist.broadcast(down, src=SERVER, group=self.group)
 
     def receive_assignment(self, r: int) -> list[int]:
         """This rank's clients of round r."""
@@ -115,6 +147,17 @@ class TrainerSide:
         if sent_r != r:
             raise RuntimeError(f"client assignment for round {sent_r + 1} arrived in round {r + 1}")
         return assignment[self.trainers.index(self.ctx.rank)]
+
+    def receive_states(self, count: int, like: torch.Tensor) -> list[torch.Tensor]:
+        """The states of this rank's `count` clients of the round, in the assignment's order."""
+        states = [torch.empty_like(like, device=self.ctx.device) for _ in range(count)]
+        for state in states:
+            dist.recv(state, src=SERVER, group=self.group)
+        return states
+
+    def send_states(self, states: list[torch.Tensor]) -> None:
+        for state in states:
+            dist.send(state, dst=SERVER, group=self.group)
 
     def send_local(self, payload: torch.Tensor) -> None:
         dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)

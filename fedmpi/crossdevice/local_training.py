@@ -1,6 +1,6 @@
 """A trainer rank's work in a round: its clients one after another, each from the global model (Hsu et al.,
-Algorithm 1: E epochs of batches of B over the client's n_k images, plain SGD with weight decay), summed as
-sum_k n_k theta_k and sum_k n_k in float64, which the ranks then reduce to the server."""
+Algorithm 1: E epochs of batches of B over the client's n_k images, the rule's local step), summed as
+sum_k n_k [theta_k | up payloads] and sum_k n_k in float64, which the ranks then reduce to the server."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
+from fedmpi.crossdevice.client_state import StateLayout
+from fedmpi.roles.exchange import Payloads
 
 
 def client_seed(seed: int, r: int, k: int) -> int:
@@ -18,38 +20,57 @@ def client_seed(seed: int, r: int, k: int) -> int:
 
 
 class LocalTrainer:
+    """`down`: the global payload [Theta | the rule's down payloads] the clients start from (the trainer rank
+    receives into down.flat); `up`: the upload [theta_k | up payloads] of the client just trained; `shared`: the
+    rule's global_state (rebuilt by on_global, one per rank); `layout`: the rule's per-client state, if any."""
+
     def __init__(self, model: torch.nn.Module, state, algorithm, data: ClientData, *, epochs: int, batch_size: int,
                  seed: int, augment: bool, device, dtype):
         self.model, self.state, self.algorithm, self.data = model, state, algorithm, data
         self.epochs, self.batch_size, self.seed, self.augment = epochs, batch_size, seed, augment
         self.device, self.dtype = device, dtype
-        self.numel = state.numel
+        self.down = Payloads(state, algorithm.down, device, dtype)
+        self.up = Payloads(state, algorithm.up, device, dtype)
+        self.layout = StateLayout(algorithm, state.trainable) if algorithm.client_state else None
+        template = algorithm.init_trainer_state(state.trainable)
+        self.shared = {key: template[key] for key in algorithm.global_state}
 
     def payload(self) -> torch.Tensor:
-        """float64 [numel + 1]: sum_k n_k theta_k, then sum_k n_k (zero when the rank trains no client)."""
-        return torch.zeros(self.numel + 1, dtype=torch.float64, device=self.device)
+        """float64 [up + 1]: sum_k n_k [theta_k | up payloads], then sum_k n_k (zero when no client trains)."""
+        return torch.zeros(self.up.flat.numel() + 1, dtype=torch.float64, device=self.device)
 
-    def train_round(self, theta: torch.Tensor, clients: list[int], r: int, lr: float) -> tuple[torch.Tensor, dict]:
-        """(payload, statistics) after training `clients` from the global `theta` in round r."""
+    def train_round(self, down: torch.Tensor, clients: list[int], r: int, lr: float,
+                    states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, dict]:
+        """(payload, statistics) after training `clients` from the global payload `down` in round r; `states`:
+        the clients' states (per-client rules), updated in place."""
         out = self.payload()
         loss_sum, images = 0.0, 0
-        for k in clients:
-            loss, n = self.train_client(theta, k, r, lr)
-            out[:-1].add_(self.state.read().to(torch.float64), alpha=n)
+        for i, k in enumerate(clients):
+            loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
+            out[:-1].add_(self.up.flat.to(torch.float64), alpha=n)
             out[-1] += n
             loss_sum += loss * n
             images += n * self.epochs
         return out, {"clients": len(clients), "weight": float(out[-1]), "loss_sum": loss_sum, "images": images}
 
-    def train_client(self, theta: torch.Tensor, k: int, r: int, lr: float) -> tuple[float, int]:
-        """Client k's E local epochs from theta; its model is left in the module. Returns (mean loss, n_k)."""
-        self.state.write(theta)
+    def train_client(self, down: torch.Tensor, k: int, r: int, lr: float,
+                     client_state: torch.Tensor | None = None) -> tuple[float, int]:
+        """Client k's E local epochs from the global payload `down` (or just Theta, for a rule without down
+        payloads); its model is left in the module and, with the up payloads, in self.up. `client_state`
+        (flat) is read before and written after. Returns (mean loss, n_k)."""
+        if down is not self.down.flat:
+            self.down.flat.copy_(down)
+        self.state.write(self.down.theta)
         params = self.state.trainable
-        self._algo_state = self.algorithm.init_trainer_state(params)  # clients are stateless
+        self._algo_state = {**self.algorithm.init_trainer_state(params), **self.shared}
+        if client_state is not None:
+            self.layout.unpack(client_state, self._algo_state)
+        self.up.flat.zero_()
         index = self.data.parts[k]
         n = len(index)
         steps = self.epochs * -(-n // self.batch_size)
-        self._round = LocalRound(lr=lr, K=steps, global_params=views(theta[:self.state.n_trainable], params))
+        self._round = LocalRound(lr=lr, K=steps, global_params=views(self.down.trainable, params),
+                                 down=self.down.as_params(params), up=self.up.as_params(params))
         generator = torch.Generator().manual_seed(client_seed(self.seed, r, k))
         images, labels = self.data.train.images, self.data.train.labels
         losses = []
@@ -61,11 +82,20 @@ class LocalTrainer:
                 if self.augment:
                     x = augment(x, generator)
                 y = torch.from_numpy(labels[batch]).to(self.device)
+                self._round.step = len(losses)
                 losses.append(self.step(x.to(self.device), y))
-                self._round.step += 1
         with torch.no_grad():
             self.algorithm.end_round(params, self._round, self._algo_state)
+            if client_state is not None:
+                self.layout.pack(self._algo_state, out=client_state)
+        self.state.read(self.up.theta)
         return float(torch.stack(losses).mean()), n
+
+    def new_global(self, previous: torch.Tensor, lr: float) -> None:
+        """The next global payload arrived in self.down (`previous`: Theta before it): the rule rebuilds its
+        global_state (PFM's M, eq. 6), as a silo trainer does."""
+        n = self.state.n_trainable
+        self.algorithm.on_global(previous[:n], self.down.trainable, lr, self.shared)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = F.cross_entropy(self.model(x), y)

@@ -1,7 +1,7 @@
 """The cross-device setting as the server's round loop takes it (fedmpi.roles.server.Server, `setting=`): the
-model (the McMahan CNN), the clients' data and partition (logged in /data), the exchange (sample, reduce), the
-run log's extra tables (/clients, /eval with test accuracy) and the side work (test accuracy of Theta every
-eval.every rounds and after the last). The loop itself is the silo runs' loop."""
+model (the McMahan CNN), the clients' data and partition (logged in /data), the exchange (sample, reduce, the
+clients' states), the run log's extra tables (/clients, /eval with test accuracy) and the side work (test
+accuracy of Theta every eval.every rounds and after the last). The loop itself is the silo runs' loop."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +9,7 @@ import sys
 import torch
 
 from fedmpi.crossdevice.client_data import open_client_data
+from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, test_accuracy
 from fedmpi.crossdevice.exchange import ClientExchange
 from fedmpi.crossdevice.model import build_client_model
@@ -62,7 +63,8 @@ class ClientSideWork:
         return f"  test accuracy {100 * a0:.2f}% (round {r0 + 1}) -> {100 * a1:.2f}% (round {r1 + 1})"
 
     def state_dict(self) -> dict:
-        """The sampler's state rides in the server's checkpoint with the side work's (its 'validation' entry)."""
+        """The sampler's state (and the clients' states, for a rule that keeps them) ride in the server's
+        checkpoint with the side work's (its 'validation' entry)."""
         return {"fv": None, "sampler": self.setting.exchange_.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -92,7 +94,9 @@ class CrossDeviceSetting:
 
     def exchange(self, server) -> ClientExchange:
         self.state = server.state
-        self.exchange_ = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.state.numel, server.log)
+        store = client_store(server.algorithm, server.state.trainable)
+        self.exchange_ = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.mean.flat.numel(),
+                                        server.log, store)
         return self.exchange_
 
 

@@ -58,13 +58,18 @@ def read_pairs(path) -> tuple[list[bytes], np.ndarray]:
     return images, same
 
 
-def load_bin(path, image_size: int = 112) -> tuple[torch.Tensor, np.ndarray]:
-    """(uint8 [2N, 3, S, S] images, bool [N] issame) of a `.bin` pair set, images resized to S if needed."""
-    images, same = read_pairs(path)
+def decode_pairs(path, images: Sequence[bytes], image_size: int) -> torch.Tensor:
+    """uint8 [2N, 3, S, S]: the encoded images of `read_pairs(path)`, decoded and resized to S if needed."""
     out = torch.empty((len(images), 3, image_size, image_size), dtype=torch.uint8)
     for i, data in enumerate(images):
         out[i] = resize(decode(data, path, record=i), image_size)
-    return out, same
+    return out
+
+
+def load_bin(path, image_size: int = 112) -> tuple[torch.Tensor, np.ndarray]:
+    """(uint8 [2N, 3, S, S] images, bool [N] issame) of a `.bin` pair set, images resized to S if needed."""
+    images, same = read_pairs(path)
+    return decode_pairs(path, images, image_size), same
 
 
 def write_bin(path, images: Sequence[bytes], issame: Sequence[bool]) -> None:

@@ -6,8 +6,9 @@ normaliser is assembled across ranks (all-reduce of the row max, of the sum of e
 term). Every rank returns the same L = mean loss over the party's whole batch.
 
 Backward: each rank's block gets ∂L/∂(block) locally; the gathered-embedding gradients are summed over the
-group and each rank keeps its own rows, times the group size n. DDP then averages backbone gradients over
-the n ranks, which gives ∂L/∂θ — the same backbone gradient as a replicated classifier with per-rank means.
+group and each rank keeps its own rows, times the group size n. The party's gradient average
+(roles/party_gradients.py, as DDP would) then averages backbone gradients over the n ranks, which gives
+∂L/∂θ — the same backbone gradient as a replicated classifier with per-rank means.
 
 With group None (one rank) it is the plain classifier: no collectives, all classes local.
 """
@@ -46,7 +47,7 @@ def _all_gather_rows(local: torch.Tensor, sizes: list[int], group) -> torch.Tens
 
 
 class _GatherEmbeddings(torch.autograd.Function):
-    """All-gather forward; backward sums the gathered gradient over the group, keeps own rows, × n (for DDP)."""
+    """All-gather forward; backward sums the gathered gradient over the group, keeps own rows, × n (for the party's average)."""
 
     @staticmethod
     def forward(ctx, local, sizes, rank, group):

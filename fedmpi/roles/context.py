@@ -14,7 +14,7 @@ from fedmpi.topology import SERVER, Layout
 @dataclass
 class Groups:
     """torch.distributed groups (None where this rank is not a member or the group would be trivial)."""
-    party: object | None          # this trainer's party (DDP, sharded classifier, intra-party broadcast)
+    party: object | None          # this trainer's party (gradient average, sharded classifier, intra-party bcast)
     leaders: object | None        # server + party leaders (gather of theta_i, broadcast of Theta)
     validators: object | None     # server + dedicated validators (FV candidates)
 

@@ -25,6 +25,7 @@ from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.context import Context
 from fedmpi.roles.evaluation import Evaluation
 from fedmpi.roles.federated_validation import FederatedValidation
+from fedmpi.roles.validator import needs_validation_sets
 from fedmpi.roles.validator_client import ValidatorPool, nap
 
 
@@ -42,8 +43,7 @@ class SideWork:
     def __init__(self, ctx: Context, log, parties: list[str], initial_w: torch.Tensor, stream=sys.stdout):
         cfg = ctx.cfg
         self.cfg, self.parties, self.stream = cfg, parties, stream
-        wanted = cfg.fv.enabled or cfg.eval.every > 0
-        self.pool = ValidatorPool.build(ctx) if wanted else None
+        self.pool = ValidatorPool.build(ctx) if needs_validation_sets(cfg) else None
         self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
                            if cfg.eval.every > 0 else None)
         self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())

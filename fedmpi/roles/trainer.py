@@ -1,19 +1,20 @@
-"""A party's trainer rank: K local steps per round on its shard of the party's data (DDP within the party
-group), the party's private classifier with local momentum (eq. 1-2), the backbone step of the chosen rule
-(PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
+"""A party's trainer rank: K local steps per round on its shard of the party's data (the party's mean
+gradient over its group), the party's private classifier with local momentum (eq. 1-2), the backbone step of
+the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
 import time
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from fedmpi import comm
 from fedmpi.algorithms import LocalRound, build_algorithm, views
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
 from fedmpi.roles.exchange import Payloads, receive_global, report, send_local
+from fedmpi.roles.party_gradients import PartyGradients
 from fedmpi.roles.precision import Precision
+from fedmpi.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
 from fedmpi.topology import Party
@@ -63,14 +64,25 @@ class Trainer:
         receive_global(ctx, self.party, self.down.flat)
         self.state.write(self.global_theta)
         group = ctx.groups.party
-        self.model = (DistributedDataParallel(self.backbone, process_group=group) if group is not None
-                      else self.backbone)
+        self.model, self.party_gradients = self._party_model(group)
         self.classifier = self._build_classifier().to(ctx.device)
         o = cfg.optim
-        self.classifier_opt = torch.optim.SGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
-                                              weight_decay=o.weight_decay)  # eq. 1-2
+        self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
+                                          weight_decay=o.weight_decay)  # eq. 1-2
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
         self.precision = Precision(o.amp, ctx.device)
+
+    def _party_model(self, group):
+        """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
+        all-reduce with backward (its torch._dynamo import is small next to a GPU run). CPU: one all-reduce after
+        backward (roles/party_gradients.py), without DDP's import of torch._dynamo (1.3 s, 150 MB per rank)."""
+        if group is None:
+            return self.backbone, None
+        if self.ctx.device.type == "cuda":
+            from torch.nn.parallel import DistributedDataParallel
+
+            return DistributedDataParallel(self.backbone, process_group=group), None
+        return self.backbone, PartyGradients(self.state.trainable, group)
 
     def _build_classifier(self):
         from fedmpi.models.heads import build_classifier
@@ -125,6 +137,8 @@ class Trainer:
             embeddings = self.model(images)
             loss = self.classifier(embeddings, labels)
         self.precision.backward(loss)
+        if self.party_gradients is not None:
+            self.party_gradients.average()
         self.classifier.sync_grads()
         if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
             with torch.no_grad():

@@ -11,7 +11,9 @@ A validator never receives anything else, and nothing but these numbers leaves i
 the order they arrive, so the server may post several backbones before collecting their replies.
 
 With FEDMPI_VALIDATOR_TRACE=<folder> set, a validator appends one JSON line per message that crosses its
-boundary to <folder>/validator-<rank>.jsonl (what it was, never the images), for tests to check the above.
+boundary to <folder>/validator-<rank>.jsonl (what it was, never the images), for tests to check the above; a
+control word's line also says how long the validator waited for it and the CPU time that waiting took
+(tools/bench_fv.py reports the idle validators' CPU share from these).
 
 Placement: `fv.placement=dedicated` spreads the sets round-robin over the dedicated validator ranks;
 otherwise (`server`, or FV off) the server hosts all of them in-process through the same `Validator` class,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +53,11 @@ def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:
     return [list(val_sets[k::validators]) for k in range(validators)]
 
 
+def needs_validation_sets(cfg) -> bool:
+    """Whether anything in the run reads the validation sets: FV, or held-out evaluation (eval.every > 0)."""
+    return not cfg.cross_device and (cfg.fv.enabled or cfg.eval.every > 0)
+
+
 def prepare_validation_data(cfg) -> dict[str, Path]:
     """{set: .bin path}, generating the synthetic sets when missing (rank 0 calls this before the others)."""
     from fedmpi.data import prepare_validation_sets
@@ -58,20 +66,36 @@ def prepare_validation_data(cfg) -> dict[str, Path]:
 
 
 class Validator:
-    """Some validation sets and a backbone to load candidates into; scores and evaluates set by set."""
+    """Some validation sets and a backbone to load candidates into; scores and evaluates set by set. Each .bin
+    is read and checked at start (a bad file ends the launch before training), its images are decoded when the
+    set is first needed (a run may go a while before its first FV iteration or evaluation), then kept."""
 
     def __init__(self, cfg, names: list[str], device, dtype):
-        from fedmpi.data import load_bin
-        from fedmpi.evaluator import Evaluator
+        from fedmpi.data.verification_bin import read_pairs
 
+        self.cfg, self.device = cfg, device
         paths = prepare_validation_data(cfg)
         self.names = list(names)
-        self.evaluators = {name: Evaluator({name: load_bin(paths[name], cfg.data.image_size)},
-                                           fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size, device=device)
-                           for name in self.names}
+        self._encoded = {name: (paths[name], *read_pairs(paths[name])) for name in self.names}
+        self._evaluators: dict = {}
+        self._fv_pairs: dict[str, np.ndarray] = {}
         self.backbone = build_backbone(cfg, device, dtype)
         self.state = BackboneState(self.backbone)
-        self._fv_pairs = {name: self._fv_pair_indices(e) for name, e in self.evaluators.items()}
+
+    def evaluator(self, name: str):
+        """The Evaluator of one set (decoded on first use)."""
+        if name not in self._evaluators:
+            from fedmpi.data.verification_bin import decode_pairs
+            from fedmpi.evaluator import Evaluator
+
+            cfg = self.cfg
+            path, encoded, issame = self._encoded.pop(name)
+            images = decode_pairs(path, encoded, cfg.data.image_size)
+            evaluator = Evaluator({name: (images, issame)}, fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size,
+                                  device=self.device)
+            self._fv_pairs[name] = self._fv_pair_indices(evaluator)
+            self._evaluators[name] = evaluator
+        return self._evaluators[name]
 
     @staticmethod
     def _fv_pair_indices(evaluator) -> np.ndarray:
@@ -92,7 +116,7 @@ class Validator:
         half is not needed, and its placeholder scores are never read by the FV-fold accuracy."""
         from fedmpi.metrics.embed import embed_images, pair_scores
 
-        evaluator = self.evaluators[name]
+        evaluator = self.evaluator(name)
         (images, issame), = evaluator.sets.values()
         pairs = self._fv_pairs[name]
         image_index = torch.from_numpy(np.stack([2 * pairs, 2 * pairs + 1], 1).reshape(-1))
@@ -103,7 +127,7 @@ class Validator:
 
     def evaluate_set(self, name: str) -> dict[str, float]:
         """Held-out metrics of the loaded backbone on one set (each held-out fold's threshold from the other 9)."""
-        return {k: float(v) for k, v in self.evaluators[name].evaluate(self.backbone)[name].items()}
+        return {k: float(v) for k, v in self.evaluator(name).evaluate(self.backbone)[name].items()}
 
     def answer(self, word: str, flat: torch.Tensor) -> dict:
         self.load(flat)
@@ -135,8 +159,11 @@ def serve(ctx: Context, validator: Validator) -> None:
     buffer = torch.empty(validator.state.numel, dtype=ctx.dtype, device=ctx.device)
     while True:
         # no deadline: a validator may have nothing to do for a whole run; comm.receive polls (Iprobe + nap)
+        wall, cpu = time.perf_counter(), time.process_time()
         word = comm.receive(SERVER, TAG_CONTROL, what="control word", timeout_s=None, comm=mpi)
-        trace(direction="in", channel="mpi", kind="control", word=word if isinstance(word, str) else repr(word))
+        # what waiting for this word cost: wall seconds and CPU seconds (whole process)
+        trace(direction="in", channel="mpi", kind="control", word=word if isinstance(word, str) else repr(word),
+              wait_s=time.perf_counter() - wall, wait_cpu_s=time.process_time() - cpu)
         if word == STOP:
             return
         if word not in (SCORE, EVALUATE):

@@ -1,0 +1,65 @@
+"""The cross-device round in one process, as the reference the mpirun runs are held to: every sampled client
+trained from the global payload with its state from the server's store, each upload [theta_k | up payloads]
+kept, then sum_k n_k u_k / sum_k n_k, the rule's server update (Server.aggregate) and on_global on the trainer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedmpi.algorithms import build_algorithm
+from fedmpi.config import load_config
+from fedmpi.crossdevice.client_data import open_client_data
+from fedmpi.crossdevice.client_state import ClientStore, client_store
+from fedmpi.crossdevice.local_training import LocalTrainer
+from fedmpi.crossdevice.model import build_client_model
+from fedmpi.crossdevice.sampler import ClientSampler
+from fedmpi.roles.context import BackboneState
+from fedmpi.roles.exchange import Payloads
+
+CONFIG = "configs/hsu_cifar10.yaml"
+CPU = torch.device("cpu")
+
+
+@dataclass
+class Simulation:
+    theta: torch.Tensor                 # the final global model
+    sampled: list[list[int]]            # each round's clients
+    server_state: dict                  # the rule's server state
+    store: ClientStore | None           # the clients' states
+    local: LocalTrainer
+
+
+def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) -> Simulation:
+    cfg = load_config(config, overrides)
+    data = open_client_data(cfg)
+    model = build_client_model(cfg, CPU, dtype)
+    state = BackboneState(model)
+    algorithm = build_algorithm(cfg)
+    down, mean = Payloads(state, algorithm.down, CPU, dtype), Payloads(state, algorithm.up, CPU, dtype)
+    state.read(down.theta)
+    server_state = algorithm.init_server_state(down.trainable, down.extra)
+    store = client_store(algorithm, state.trainable)
+    local = LocalTrainer(model, state, algorithm, data, epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size,
+                         seed=cfg.run.seed, augment=False, device=CPU, dtype=dtype)
+    population = len(data.parts)
+    sampler = ClientSampler(population, cfg.clients.fraction if population > 1 else 1.0, cfg.clients.sampler_seed)
+    sampled, n = [], state.n_trainable
+    for r in range(cfg.rounds):
+        ids = [int(k) for k in sampler.sample()]
+        sampled.append(ids)
+        uploads = []
+        for k in ids:
+            client = store.get(k).clone() if store else None
+            _, size = local.train_client(down.flat, k, r, cfg.lr_at_round(r), client)
+            uploads.append((size, local.up.flat.to(torch.float64).clone()))
+            if store:
+                store.put(k, client)
+        mean.flat.copy_(sum(size * u for size, u in uploads) / sum(size for size, _ in uploads))
+        previous = down.theta.clone()
+        algorithm.server_update(down.trainable, {"theta": mean.trainable, **mean.extra}, server_state,
+                                participation=len(ids) / population)
+        down.theta[n:].copy_(mean.theta[n:])
+        local.down.flat.copy_(down.flat)
+        local.new_global(previous, cfg.lr_at_round(r))
+    return Simulation(down.theta.clone(), sampled, server_state, store, local)
