@@ -47,8 +47,10 @@ eval-demo: $(STAMP)
 		--ijbb data/benchmarks/IJBB --ijbc data/benchmarks/IJBC --megaface data/benchmarks/megaface \
 		--out runs/eval-demo/benchmarks
 
+# Two pytest-xdist workers: much of the suite waits (Slurm jobs, launches, timeouts) or runs one thread in-process.
+TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(PY) -m pytest tests -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -ra -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Hsu et al.'s table at CPU scale (docs/results/README.md): 100 clients of 100 synthetic images, 150 rounds,
 # alpha in {100, 1, 0.1, 0}, C in {0.1, 0.4}, E = 1, 3 client lrs, FedAvg and FedAvgM beta = 0.9, one seed.

@@ -13,3 +13,26 @@ def shared_runs(tmp_path_factory):
     from shared_runs import launch_all
 
     return launch_all(tmp_path_factory.mktemp("shared-runs"))
+
+
+# `make test` runs the suite on 2 pytest-xdist workers with --dist loadgroup. A worker builds its own session and
+# module fixtures, so tests that share one are kept on one worker: a module is a group of its own, every module that
+# reads the shared launch is one group (one launch per session), and every module that uses the local Slurm
+# cluster is one group (one cluster per node: slurmctld's ports and state folder are fixed).
+SHARED_GROUPS = {"shared_runs": "shared-runs", "slurm_cluster": "slurm-cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    group_of_module: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        for fixture, group in SHARED_GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                group_of_module[module] = group
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group_of_module.get(module, module)))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): tests a pytest-xdist worker runs together (conftest)")
