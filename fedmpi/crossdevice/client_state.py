@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from fedmpi import comm
+
 
 def _leaves(state: dict, keys: tuple[str, ...]) -> list[torch.Tensor]:
     out = []
@@ -36,10 +38,7 @@ class StateLayout:
         return torch.cat(leaves, out=out) if leaves else out
 
     def unpack(self, flat: torch.Tensor, state: dict) -> None:
-        offset = 0
-        for t in _leaves(state, self.keys):
-            t.copy_(flat[offset:offset + t.numel()].view_as(t))
-            offset += t.numel()
+        comm.unflatten_into(flat, _leaves(state, self.keys))
 
 
 class ClientStore:
