@@ -41,7 +41,7 @@ def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: flo
         output = Path(row["log_dir"])
         output.mkdir(parents=True, exist_ok=True)
         cmd = [*mpirun_command(row["world"]), "-m", "fedmpi.run", "--config", str(ROOT / row["config"]),
-               *row["overrides"]]
+               *row.get("args", []), *row["overrides"]]
         start, cpu = time.monotonic(), children_cpu_s()
         try:
             with open(output / "stdout.txt", "w") as out, open(output / "stderr.txt", "w") as err:

@@ -54,6 +54,9 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
         earlier = read_index(folder)
         done = {r["name"]: r for r in earlier["runs"] if r.get("state") == "COMPLETED"}
         rows = [done.get(row["name"], row) for row in rows]
+        for row in rows:
+            if row["state"] != "COMPLETED":    # a run cut short continues from its checkpoint (or starts over,
+                row["args"] = ["--resume", "auto"]    # its partial log kept under another name)
         before = earlier.get("study", study)
         sessions = before.get("sessions") or ([{k: before.get(k) for k in SESSION_KEYS}] if "wall_s" in before else [])
         study = {**before, "sessions": sessions}

@@ -52,7 +52,8 @@ def submit_rows(rows: list[dict], folder: Path, site: Site, workdir: Path, paral
         with executor.batch():
             pending = [executor.submit(FedmpiTask(config=str(ROOT / rows[i]["config"]),
                                                   overrides=tuple(rows[i]["overrides"]), workdir=str(workdir),
-                                                  cpu=site.cpu)) for i in members]
+                                                  cpu=site.cpu, extra_args=tuple(rows[i].get("args", ()))))
+                       for i in members]
         for i, job in zip(members, pending):
             jobs[i] = job
             rows[i].update(job_id=job.job_id, array_job=job.job_id.split("_")[0], state="SUBMITTED",

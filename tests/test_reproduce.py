@@ -22,9 +22,10 @@ SECTIONS = ("## The study", "## Table 1", "## Fig. 4", "## Fig. 5", "## Fig. 6",
             "## The paper's claims")
 
 
-def test_the_cpu_study_runs_every_setting_at_k_4k_16k_with_two_seeds_and_a_bad_party():
+def test_the_cpu_study_runs_every_setting_at_k_4k_16k_with_two_seeds_at_k_and_16k_and_a_bad_party():
     runs = {r.name: r for r in study(SCALES["cpu"])}
-    assert len(runs) == 35
+    assert len(runs) == 39
+    assert {"c-s1-fedavg", "c-s1-fedface"} <= set(runs) and "b-s1-fedavg" not in runs   # (a) and (c): 2 seeds
     ks = {name: load_config(ROOT / r.config, list(r.overrides)).fed.K for name, r in runs.items()}
     assert (ks["a-fedavg"], ks["b-fedavg"], ks["c-fedavg"], ks["f-fedface"]) == (4, 16, 64, 4)
     assert {"a-s1-centralized", "a-s1-fedface"} <= set(runs) and "b-centralized" not in runs
@@ -63,20 +64,24 @@ def ema_final(values, factor: float) -> float:
     return float(state)
 
 
+def reproduce_tiny(root, out, *args):
+    return subprocess.run([sys.executable, "-m", "jobs.reproduce", "fedface", "--scale", "tiny", "--folder",
+                           str(root / "sweep"), "--out", str(out), "--timeout", "400", *args],
+                          capture_output=True, text=True, timeout=900, env=mpi_env(), cwd=str(ROOT))
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("reproduce")
     out = root / "results" / "fedface_tiny.md"
-    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "fedface", "--scale", "tiny", "--folder",
-                           str(root / "sweep"), "--out", str(out), "--timeout", "400"],
-                          capture_output=True, text=True, timeout=900, env=mpi_env(), cwd=str(ROOT))
+    proc = reproduce_tiny(root, out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     logs = {}
     for name in ("a-centralized", "a-fedface", "a-fedface-shuffled-ga"):
         with LogReader(root / "sweep" / "runs" / name / "log.h5") as log:
             logs[name] = {"parties": log.parties, "rounds": log.table("rounds"), "fv": log.table("fv"),
                           "eval": log.table("eval"), "sets": log.val_sets}
-    return {"text": out.read_text(), "out": out, "logs": logs, "index": json.loads((root / "sweep" / "index.json")
+    return {"root": root, "text": out.read_text(), "out": out, "logs": logs, "index": json.loads((root / "sweep" / "index.json")
                                                                                   .read_text())}
 
 
@@ -121,3 +126,26 @@ def test_the_bad_party_weights_are_the_last_fv_weights(tiny):
             row = next(r for r in rows if r[0] == name and r[2] == party)
             assert float(row[3]) == pytest.approx(1 / 3, abs=5e-5) and float(row[4]) == round(float(w), 4), row
     assert np.isclose(sum(float(r[4]) for r in rows if r[0] == "a-fedface-shuffled-ga"), 1.0, atol=2e-4)
+
+
+def test_resume_runs_again_what_an_earlier_session_did_not_complete(tiny):
+    """A run cut short leaves its log behind; --resume continues it (fedmpi.run --resume auto) instead of
+    failing on the existing log, and keeps the completed runs as they are (last: it rewrites the tiny study)."""
+    root, index_path = tiny["root"], tiny["root"] / "sweep" / "index.json"
+    index = json.loads(index_path.read_text())
+    cut = next(r for r in index["runs"] if r["name"] == "a-fedface-shuffled-ga")
+    cut["state"] = "FAILED"
+    index_path.write_text(json.dumps(index))
+    log = root / "sweep" / "runs" / cut["name"] / "log.h5"
+    log.write_bytes(log.read_bytes()[:4096])      # a rank killed mid-write leaves an unreadable log
+    kept = {r["name"]: r["wall_s"] for r in index["runs"] if r["name"] != cut["name"]}
+    proc = reproduce_tiny(root, tiny["out"], "--resume")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = json.loads(index_path.read_text())
+    rows = {r["name"]: r for r in after["runs"]}
+    assert rows[cut["name"]]["state"] == "COMPLETED" and rows[cut["name"]]["args"] == ["--resume", "auto"]
+    assert {n: rows[n]["wall_s"] for n in kept} == kept
+    assert (log.parent / "log.attempt-1.h5").stat().st_size == 4096
+    with LogReader(log) as reader:
+        assert len(reader.table("rounds")["loss"]) == 3
+    assert len(after["study"]["sessions"]) == 2 and after["study"]["sessions"][1]["runs"] == [cut["name"]]

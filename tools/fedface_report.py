@@ -131,13 +131,18 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     specs = report.specs("table1")
     runs = report.runs(specs)
     seeds = seed_specs(report)
-    seed_runs = report.runs(seeds)
+    first_setting = seeds[0][0].split(" seed ")[0] if seeds else ""
+    t1_seeds = [(s, n) for s, n in seeds if s.startswith(f"{first_setting} seed ")
+                and report.rows[n]["labels"]["table1"]]
     ks = {run.cfg("fed.K", 1) for run in runs}
     factor = PAPER_FACTOR ** max(ks) if len(ks) == 1 else PAPER_FACTOR   # the paper's 0.99 per step, per round
     t1 = safely(table1, runs, factor, methods=list(TABLE1_METHODS)) if runs else None
-    spread_t1, spread_f4, results_seeds = seed_spread_tables(seed_runs, list(TABLE1_METHODS), factor)
-    body = [render(t1, "md") if t1 else "(no run)", "**Seed to seed, setting (a)**", "", render(spread_t1, "md")]
-    report.section(f"Table 1: final training loss per party (EMA {factor:.4g} per round = 0.99 per step)", [n for _, n in specs + seeds], started, body,
+    spread_t1, spread_f4, results_seeds = seed_spread_tables(report.runs(t1_seeds), report.runs(seeds),
+                                                             list(TABLE1_METHODS), factor)
+    body = [render(t1, "md") if t1 else "(no run)", f"**Seed to seed, setting ({first_setting})**", "",
+            render(spread_t1, "md")]
+    report.section(f"Table 1: final training loss per party (EMA {factor:.4g} per round = 0.99 per step)",
+                   [n for _, n in specs + t1_seeds], started, body,
                    "tools.table1.table1 over the runs labelled table1, blocks by model")
 
     started = time.monotonic()
@@ -148,7 +153,8 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     if results:
         relative_figure(results, "accuracy", "final", str(report.figure("fig4")))
         body = [render(relative_table(results, "accuracy", "final"), "md"), report.png(report.figure("fig4"), "Fig. 4"),
-                "", "**Seed to seed, setting (a)** (each method minus centralized, per seed)", "",
+                "", "**Seed to seed** (each method minus its seed's centralized run, in the settings run with "
+                "several seeds)", "",
                 render(spread_f4, "md")]
     report.section("Fig. 4: each method minus centralized, per validation set", [n for _, n in specs], started,
                    body, "tools.relative.relative_results, held-out verification accuracy at the final evaluation")
@@ -220,9 +226,16 @@ def last_values(overrides: list[str]) -> list[str]:
 
 
 def seed_specs(report: Report) -> list[tuple[str, str]]:
-    """(seed N, name) for the runs of setting (a) in Fig. 4 and Table 1 (not the norm or bad-party extras)."""
-    return [(f"seed {r['labels']['seed']}", n) for n, r in report.rows.items()
-            if r["labels"]["setting"] == "a" and "a" in r["labels"].get("fig4", [])]
+    """('SETTING seed N', name) for the Fig. 4 runs of every setting run with more than one seed (a centralized
+    run in each setting it is the baseline of; not the norm or bad-party extras)."""
+    seeds: dict[str, set] = {}
+    for row in report.rows.values():
+        labels = row["labels"]
+        if labels["method"] != "centralized" and labels["setting"] in labels.get("fig4", []):
+            seeds.setdefault(labels["setting"], set()).add(labels["seed"])
+    seeded = {s for s, found in seeds.items() if len(found) > 1}
+    return [(f"{s} seed {r['labels']['seed']}", n) for n, r in report.rows.items()
+            for s in r["labels"].get("fig4", []) if s in seeded]
 
 
 def eval_table(runs) -> str:

@@ -175,13 +175,25 @@ def _datasets(group: h5py.Group):
     return [group[name] for name in _names(group)]
 
 
+def open_log(path: str | Path) -> h5py.File:
+    """The log opened read-only, in SWMR mode only when a writer holds it (a live run, or a server killed with
+    it open). A truncated file (a rank killed before HDF5 wrote it out) raises OSError at once: opened in SWMR
+    mode, HDF5 retries the reads of its missing metadata for minutes."""
+    try:
+        return h5py.File(path, "r", libver="latest")
+    except OSError as exc:
+        if "truncated file" in str(exc):
+            raise
+    return h5py.File(path, "r", libver="latest", swmr=True)
+
+
 class LogReader:
     """Reader, safe while the run writes (SWMR). Refuses logs of an unknown schema with a clear message."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            self.f = h5py.File(self.path, "r", libver="latest", swmr=True)
+            self.f = open_log(self.path)
         except OSError as exc:
             raise LogSchemaError(f"{self.path}: not a readable fedmpi log ({exc})") from None
         version = self.f.attrs.get("schema_version")

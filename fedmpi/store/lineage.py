@@ -11,8 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-import h5py
-
+from fedmpi.store.h5log import open_log
 from fedmpi.store.manifest import MANIFEST, ResumeError, list_checkpoints
 
 
@@ -51,7 +50,7 @@ def keep_log_copy(log: Path, abandoned: Path, say: Callable[[str], None]) -> Non
 def rounds_logged(log: Path) -> int | None:
     """Rows in the log's rounds table; None when the file cannot be read as a run log."""
     try:
-        with h5py.File(log, "r", libver="latest", swmr=True) as f:
+        with open_log(log) as f:
             return int(f["rounds/round"].shape[0])
     except (OSError, KeyError):
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import h5py
 
+from fedmpi.store.h5log import open_log
 from fedmpi.store.manifest import SERVER_PART, ResumeError, check_complete, latest_complete, resolve_checkpoint
 
 
@@ -61,7 +62,7 @@ def release_log(path: Path) -> None:
     except OSError:
         pass
     tmp = path.with_name(path.name + ".release")
-    with h5py.File(path, "r", libver="latest", swmr=True) as src, h5py.File(tmp, "w", libver="latest") as dst:
+    with open_log(path) as src, h5py.File(tmp, "w", libver="latest") as dst:
         dst.attrs.update(src.attrs)
         for key in src:
             src.copy(src[key], dst, name=key)
