@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -373,6 +374,21 @@ def test_resume_auto_without_a_checkpoint_keeps_the_earlier_log_and_refuses_afte
                                              r"the finished run \(6/6 rounds\); nothing to resume"):
         ck.find_resume_point("auto", cfg, layout, tmp_path)
     assert (tmp_path / "log.h5").read_bytes() == before
+
+
+def test_a_truncated_log_is_refused_at_once_and_set_aside_by_resume_auto(tmp_path, capsys):
+    cfg, layout = small_run(6)
+    log_with_rounds(tmp_path / "log.h5", 4)
+    whole = (tmp_path / "log.h5").read_bytes()
+    (tmp_path / "log.h5").write_bytes(whole[:4096])     # a rank killed before HDF5 wrote the file out
+    code = ("import sys\nfrom fedmpi.store.h5log import LogReader, LogSchemaError\ntry:\n    LogReader(sys.argv[1])\n"
+            "except LogSchemaError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "log.h5")], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})   # SWMR mode retried for minutes
+    assert re.search(r"log\.h5: not a readable fedmpi log \(.*truncated file", out.stdout), out.stdout + out.stderr
+    assert ck.find_resume_point("auto", cfg, layout, tmp_path) is None
+    assert (tmp_path / "log.attempt-1.h5").read_bytes() == whole[:4096]
+    assert "the earlier attempt's log (unreadable rounds) kept as" in capsys.readouterr().err
 
 
 def test_a_new_log_takes_its_name_at_its_first_row(tmp_path):
