@@ -149,3 +149,22 @@ def test_resume_runs_again_what_an_earlier_session_did_not_complete(tiny):
     with LogReader(log) as reader:
         assert len(reader.table("rounds")["loss"]) == 3
     assert len(after["study"]["sessions"]) == 2 and after["study"]["sessions"][1]["runs"] == [cut["name"]]
+
+
+def test_claims_in_a_setting_run_with_several_seeds_are_paired_on_the_seed():
+    from tools.fedface_claims import claims_table, paired_gaps, seed_noise
+
+    def entry(setting, method, values):
+        return {"setting": setting, "method": method, "sets": ["lfw", "cplfw"], "values": values}
+    seeds = [entry("c seed 0", "FedAvg", [-4.0, -3.0]), entry("c seed 0", "PFM", [-1.0, -2.0]),
+             entry("c seed 1", "FedAvg", [-1.0, 0.0]), entry("c seed 1", "PFM", [1.0, 0.0]),
+             entry("a seed 0", "FedAvg", [0.0, 1.0]), entry("a seed 1", "FedAvg", [-1.0, -2.0])]
+    assert paired_gaps(seeds, ("c", "PFM"), ("c", "FedAvg")) == [2.0, 1.0]
+    assert paired_gaps(seeds, ("c", "Centralized"), ("c", "FedAvg")) == [3.5, 0.5]
+    assert paired_gaps(seeds, ("a", "FedAvg"), ("c", "FedAvg")) == [4.0, -1.0]
+    assert seed_noise(seeds) == 3.0            # (c) FedAvg: -3.5 vs -0.5; the spread a pairing removes
+    results = [entry("a", "FedAvg", [-0.5, -0.5]), entry("c", "FedAvg", [-2.5, -1.5]), entry("c", "PFM", [0.0, -1.0])]
+    rows = {(r[0], r[1]): r[2:] for r in claims_table(None, results, seeds, [], [], []).rows}
+    assert rows[("(3) PFM above FedAvg", "c")] == ["+1.50 (per seed +2.00, +1.00)", "yes, in all 2 seeds"]
+    assert rows[("(1) FedAvg at K of (a) above FedAvg at K of (c)", "a/c")] == [
+        "+1.50 (per seed +4.00, -1.00)", "within seed noise (the sign changes between seeds)"]

@@ -121,7 +121,7 @@ def claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs) -> Tabl
     rows += _table1_claims(t1)
 
     def compare(claim: str, setting: str, gap: float, better: tuple[str, str], worse: tuple[str, str]) -> None:
-        gaps = paired_gaps(results_seeds, better, worse) if setting in seeded else []
+        gaps = paired_gaps(results_seeds, better, worse) if {better[0], worse[0]} <= set(seeded) else []
         rows.append([claim, setting, measured(gap, gaps),
                      paired_verdict(gaps) if len(gaps) > 1 else verdict(gap > 0, gap, noise)])
 
