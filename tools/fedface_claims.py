@@ -48,9 +48,20 @@ def seed_spread_tables(t1_runs, f4_runs, methods: list[str], factor: float):
     return spread_t1, spread_f4, results
 
 
+def seed_label(setting: str, seed) -> str:
+    """The setting label of one seed's runs, 'c seed 1' (what `split_seed_label` reads back)."""
+    return f"{setting} seed {seed}"
+
+
+def split_seed_label(label: str) -> tuple[str, str]:
+    """('c', '1') of 'c seed 1'."""
+    setting, seed = label.split(" seed ")
+    return setting, seed
+
+
 def base_setting(entry: dict) -> str:
     """'c' of a per-seed entry's setting 'c seed 1'."""
-    return entry["setting"].split(" seed ")[0]
+    return split_seed_label(entry["setting"])[0]
 
 
 def _pm(values: list[float]) -> str:
@@ -69,7 +80,7 @@ def _mean(results, setting: str, method: str) -> float:
 
 def per_seed(results_seeds, setting: str, method: str) -> dict[str, float]:
     """{'seed N': the method's mean relative result in that seed} for a setting run with several seeds."""
-    return {e["setting"].split(" seed ")[1]: nan_mean(e["values"]) for e in results_seeds
+    return {split_seed_label(e["setting"])[1]: nan_mean(e["values"]) for e in results_seeds
             if base_setting(e) == setting and e["method"] == method}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from jobs.index import read_index
 from tools.collect import collect_runs
 from tools.curves import curves_figure
-from tools.fedface_claims import claims_table, seed_spread_tables
+from tools.fedface_claims import claims_table, seed_label, seed_spread_tables, split_seed_label
 from tools.relative import relative_figure, relative_results, relative_table
 from tools.runs import AnalysisError
 from tools.table1 import table1
@@ -131,8 +131,8 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     specs = report.specs("table1")
     runs = report.runs(specs)
     seeds = seed_specs(report)
-    first_setting = seeds[0][0].split(" seed ")[0] if seeds else ""
-    t1_seeds = [(s, n) for s, n in seeds if s.startswith(f"{first_setting} seed ")
+    first_setting = split_seed_label(seeds[0][0])[0] if seeds else ""
+    t1_seeds = [(s, n) for s, n in seeds if split_seed_label(s)[0] == first_setting
                 and report.rows[n]["labels"]["table1"]]
     ks = {run.cfg("fed.K", 1) for run in runs}
     factor = PAPER_FACTOR ** max(ks) if len(ks) == 1 else PAPER_FACTOR   # the paper's 0.99 per step, per round
@@ -234,7 +234,7 @@ def seed_specs(report: Report) -> list[tuple[str, str]]:
         if labels["method"] != "centralized" and labels["setting"] in labels.get("fig4", []):
             seeds.setdefault(labels["setting"], set()).add(labels["seed"])
     seeded = {s for s, found in seeds.items() if len(found) > 1}
-    return [(f"{s} seed {r['labels']['seed']}", n) for n, r in report.rows.items()
+    return [(seed_label(s, r["labels"]["seed"]), n) for n, r in report.rows.items()
             for s in r["labels"].get("fig4", []) if s in seeded]
 
 
