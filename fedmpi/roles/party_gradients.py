@@ -23,16 +23,9 @@ class PartyGradients:
     @torch.no_grad()
     def average(self) -> None:
         """Every rank of the party calls this after backward; each gradient becomes the party's mean."""
-        offset = 0
         for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                self.flat[offset:offset + n].zero_()
-            else:
-                torch.mul(p.grad.reshape(-1), self.scale, out=self.flat[offset:offset + n])
-            offset += n
+            if p.grad is None:      # unused on this rank: it adds nothing, and receives the party's mean
+                p.grad = torch.zeros_like(p)
+        comm.flatten([p.grad for p in self.params], out=self.flat).mul_(self.scale)
         dist.all_reduce(self.flat, group=self.group)
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
         comm.unflatten_into(self.flat, [p.grad for p in self.params])
