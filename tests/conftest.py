@@ -22,6 +22,10 @@ def shared_runs(tmp_path_factory):
 SHARED_GROUPS = {"shared_runs": "shared-runs", "slurm_cluster": "slurm-cluster"}
 
 
+# tryfirst: xdist's worker turns the marks into the `@group` suffix its scheduler reads in its own
+# pytest_collection_modifyitems; run after it, these marks came too late and every test was its own unit (shared
+# fixtures were built on both workers, module fixtures again whenever a module's tests were split up).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     group_of_module: dict[str, str] = {}
     for item in items:
