@@ -27,14 +27,27 @@ class CommFailure(RuntimeError):
     """A torch.distributed operation failed (most often: another rank ended)."""
 
 
+class Backoff:
+    """Naps between polls that double from MIN_NAP_S up to MAX_NAP_S; reset() when something arrived."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds = MIN_NAP_S
+
+    def nap(self) -> None:
+        time.sleep(self.seconds)
+        self.seconds = min(2 * self.seconds, MAX_NAP_S)
+
+
 def _wait_until(done: Callable[[], bool], deadline: float | None) -> bool:
     """Poll done() with backing-off naps until it is true (True) or the deadline passes (False)."""
-    nap = MIN_NAP_S
+    backoff = Backoff()
     while not done():
         if deadline is not None and time.monotonic() >= deadline:
             return False
-        time.sleep(nap)
-        nap = min(2 * nap, MAX_NAP_S)
+        backoff.nap()
     return True
 
 

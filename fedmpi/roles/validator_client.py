@@ -3,21 +3,15 @@ dedicated ranks, protocol in roles/validator.py) and advance their replies one s
 the round loop can look after the exchange in between."""
 from __future__ import annotations
 
-import time
 from collections import deque
 
 import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.control import Backoff
 from fedmpi.roles.context import Context
 from fedmpi.roles.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
-
-POLL_INTERVAL_S = 0.002  # how long the server naps when no validator has anything for it
-
-
-def nap() -> None:
-    time.sleep(POLL_INTERVAL_S)
 
 
 class Request:
@@ -131,9 +125,12 @@ class ValidatorPool:
         return moved
 
     def wait(self, requests: list[Request]) -> None:
+        backoff = Backoff()
         while not all(r.done for r in requests):
-            if not self.progress():
-                nap()
+            if self.progress():
+                backoff.reset()
+            else:
+                backoff.nap()
 
     def stop(self) -> None:
         for endpoint in self.endpoints:
