@@ -4,7 +4,8 @@ Used by tools/bench_startup.py (run by path, so it can wrap any checkout's `fedm
 wall time spent inside outermost `import` statements, and at exit writes OUT/rank-<R>.json with those, the
 process's CPU time, its peak RSS and its memory at exit (RSS, PSS, anonymous), which heavy packages it
 loaded, and (time.time(), process CPU seconds) sampled every SAMPLE_S by a sleeping thread. Nothing in the
-wrapped run changes besides the few microseconds each import statement gains.
+wrapped run changes besides the few microseconds each import statement gains. RANK_PROBE_CPUS (e.g.
+"0;0;0;1": one CPU set per rank, `;` between ranks, `,` within a set) pins each rank to its CPUs before it starts.
 """
 from __future__ import annotations
 
@@ -63,21 +64,34 @@ def sample_cpu(samples: list) -> None:
         time.sleep(SAMPLE_S)
 
 
+def this_rank() -> int:
+    return int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
+
+
+def pin(cpu_sets: str) -> None:
+    """Pin this process (and the threads it starts later) to its rank's CPUs in RANK_PROBE_CPUS."""
+    sets = cpu_sets.split(";")
+    os.sched_setaffinity(0, {int(c) for c in sets[this_rank() % len(sets)].split(",")})
+
+
 def main() -> None:
     out, module, args = sys.argv[1], sys.argv[3], sys.argv[4:]
     assert sys.argv[2] == "-m", "usage: rank_probe.py OUT -m MODULE [ARGS...]"
+    if os.environ.get("RANK_PROBE_CPUS"):
+        pin(os.environ["RANK_PROBE_CPUS"])
     clock = ImportClock()
     started = time.perf_counter()
     samples: list = []
     threading.Thread(target=sample_cpu, args=(samples,), daemon=True).start()
 
     def report() -> None:
-        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
+        rank = this_rank()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         record = {"rank": rank, "import_cpu_s": clock.cpu, "import_wall_s": clock.wall,
                   "cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - started,
                   "peak_rss_mb": usage.ru_maxrss / 1024, **memory_mb(),
-                  "loaded": [m for m in HEAVY if m in sys.modules], "samples": list(samples)}
+                  "loaded": [m for m in HEAVY if m in sys.modules],
+                  "cpus": sorted(os.sched_getaffinity(0)), "samples": list(samples)}
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
             json.dump(record, f)
