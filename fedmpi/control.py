@@ -40,6 +40,13 @@ class Backoff:
         time.sleep(self.seconds)
         self.seconds = min(2 * self.seconds, MAX_NAP_S)
 
+    def after(self, moved: bool) -> None:
+        """After one poll: start again from the shortest nap if it found something, else nap."""
+        if moved:
+            self.reset()
+        else:
+            self.nap()
+
 
 def _wait_until(done: Callable[[], bool], deadline: float | None) -> bool:
     """Poll done() with backing-off naps until it is true (True) or the deadline passes (False)."""

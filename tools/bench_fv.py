@@ -42,13 +42,17 @@ def world_size(repo: Path, overrides: list[str]) -> int:
     return json.loads(out.stdout)["world"]
 
 
-def cpu_sets(trainers: int, validators: int) -> str:
-    """RANK_PROBE_CPUS (tools/rank_probe.py) for --pin: the validator ranks (the last ones) on the last cores,
-    the others on the rest."""
+def core_split(validators: int) -> tuple[str, str]:
+    """(the other ranks' cores, the validators' cores) for --pin: the validators on the last cores."""
     cores = sorted(os.sched_getaffinity(0))
     own = max(1, min(validators, len(cores) - 1))
-    rest, theirs = ",".join(map(str, cores[:-own])), ",".join(map(str, cores[-own:]))
-    return ";".join([rest] * trainers + [theirs] * validators)
+    return ",".join(map(str, cores[:-own])), ",".join(map(str, cores[-own:]))
+
+
+def cpu_sets(others: int, validators: int) -> str:
+    """RANK_PROBE_CPUS (tools/rank_probe.py) for --pin: server and trainers first, then the validator ranks."""
+    rest, theirs = core_split(validators)
+    return ";".join([rest] * others + [theirs] * validators)
 
 
 def run(repo: Path, out: Path, name: str, rounds: int, extra: list[str], pin: int = 0) -> dict:
@@ -108,10 +112,10 @@ def describe(label: str, result: dict, rounds: int, baseline: float | None = Non
     return mean
 
 
-def bench(repo: Path, out: Path, rounds: int, validators: int, hosted: bool, pin: bool) -> None:
-    tag = f"{rounds}r" + ("-pinned" if pin else "")
+def bench(repo: Path, out: Path, rounds: int, validators: int, hosted: bool, pinned: bool) -> None:
+    tag = f"{rounds}r" + ("-pinned" if pinned else "")
     dedicated = ["fv.enabled=true", "fv.placement=dedicated", f"fv.validators={validators}"]
-    pin = validators if pin else 0
+    pin = validators if pinned else 0
     off = run(repo, out, f"off-{tag}", rounds, ["fv.enabled=false"], pin)
     on = run(repo, out, f"dedicated{validators}-{tag}", rounds, [*dedicated, "fv.iterations_per_round=0"], pin)
     idle = run(repo, out, f"idle{validators}-{tag}", rounds, [*dedicated, "fv.iterations_per_round=1",
@@ -136,9 +140,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds % 4 or args.rounds < 4:
         raise SystemExit("--rounds must be a multiple of 4 (the demo has 4 rounds per epoch)")
+    rest, theirs = core_split(args.validators)
     print(f"CPU demo ({CONFIG}), {args.rounds} rounds of K=10, PFM; FV: T=3, 5 sets; {os.cpu_count()} cores"
-          + (f"; validators on cores {cpu_sets(1, args.validators).split(';')[-1]}, the other ranks on "
-             f"{cpu_sets(1, args.validators).split(';')[0]}" if args.pin else ""))
+          + (f"; validators on cores {theirs}, the other ranks on {rest}" if args.pin else ""))
     repos = {"after": ROOT} if args.baseline is None else {"after": ROOT, "before": args.baseline.resolve()}
     for label, repo in repos.items():
         print(f"  {label} ({repo}), load at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}:")

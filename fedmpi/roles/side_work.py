@@ -62,14 +62,11 @@ class SideWork:
                 for _ in range(n):
                     self.fv.run_iteration(r)
             return
-        # naps that back off while nothing moves: a few dozen wake-ups a second instead of 500 (2 ms naps took
-        # ~10 % of the round from the trainers sharing the server's cores), at most MAX_NAP_S late for the uploads
+        # naps that back off while nothing moves: a few dozen wake-ups a second rather than a flat 2 ms's 500,
+        # at most MAX_NAP_S late for the uploads
         backoff = Backoff()
         while not complete() and self._has_work():
-            if self._step(r):
-                backoff.reset()
-            else:
-                backoff.nap()
+            backoff.after(self._step(r))
 
     def _has_work(self) -> bool:
         return (self.evaluation is not None and self.evaluation.busy) or (self.fv is not None and self.fv.ready)

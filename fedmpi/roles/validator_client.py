@@ -127,10 +127,7 @@ class ValidatorPool:
     def wait(self, requests: list[Request]) -> None:
         backoff = Backoff()
         while not all(r.done for r in requests):
-            if self.progress():
-                backoff.reset()
-            else:
-                backoff.nap()
+            backoff.after(self.progress())
 
     def stop(self) -> None:
         for endpoint in self.endpoints:
