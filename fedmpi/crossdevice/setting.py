@@ -95,7 +95,7 @@ class CrossDeviceSetting:
     def exchange(self, server) -> ClientExchange:
         self.state = server.state
         store = client_store(server.algorithm, server.state.trainable)
-        self.exchange_ = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.mean.flat.numel(),
+        self.exchange_ = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.up_numel,
                                         server.log, store)
         return self.exchange_
 

@@ -33,7 +33,10 @@ class Server:
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
         self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
-        self.mean = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype)
+        self.up_numel = self.state.numel + self.state.n_trainable * len(self.algorithm.up)
+        # Σ w_i u_i before the server step; a rule whose step is the average itself has it formed straight into Θ
+        self.mean = (None if self.algorithm.server_averages
+                     else Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype))
         self.theta = self.down.theta
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
@@ -50,7 +53,7 @@ class Server:
             self.side, self.exchange = setting.side_work(self), exchange or setting.exchange(self)
         else:
             self.side = SideWork(ctx, self.log, self.parties, initial_weights(cfg, ctx.layout))
-            self.exchange = exchange or SiloExchange(ctx, self.mean.flat.numel(), self.down.flat.numel(),
+            self.exchange = exchange or SiloExchange(ctx, self.up_numel, self.down.flat.numel(),
                                                      buffers=2 if cfg.fv.enabled else 1)
         self.progress = Progress(cfg.rounds, self.parties)
         self.w = self.side.weighting.for_round(-1, None)
