@@ -141,7 +141,7 @@ def declare_rule(name: str, overrides: list[str], rounds: int = 2, K: int = 2) -
 def launch_rule(tmp_path, name: str, overrides: list[str], rounds: int = 2, K: int = 2, data=None):
     """The tiny run of a rule in a launch of its own (data.root: `data`, else tmp_path/data). Returns the run
     folder."""
-    from mpirun import mpirun
+    from jobs.mpirun import mpirun
 
     args = ["-m", "fedmpi.run", *rule_overrides(overrides, rounds, K), f"log.dir={tmp_path}", f"log.name={name}",
             f"data.root={data or tmp_path / 'data'}"]

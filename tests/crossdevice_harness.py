@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedmpi.algorithms import build_algorithm
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import load_config
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import ClientStore, client_store

@@ -19,7 +19,7 @@ from fedmpi import comm
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.roles.exchange import round_statistics
-from fedmpi.topology import SERVER
+from fedmpi.comm.topology import SERVER
 
 
 def _assignment(r: int) -> str:

@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
-from fedmpi.aggregation import PartyRows
+from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.algorithms.base import views
 from fedmpi.roles.context import BackboneState, Context
-from fedmpi.topology import SERVER, Party
+from fedmpi.comm.topology import SERVER, Party
 
 
 class Payloads:

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from fedmpi import comm
-from fedmpi.algorithms import build_algorithm, method_key
+from fedmpi.algorithms import method_key
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import to_yaml
 from fedmpi.roles import signals
 from fedmpi.roles.benchmarks import log_columns as benchmark_columns

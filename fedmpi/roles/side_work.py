@@ -1,6 +1,6 @@
 """What the server does beside training, called from its round loop while a round's uploads travel:
 held-out evaluations that are due (roles/evaluation.py, with the large-scale benchmarks of eval.sets,
-roles/benchmarks.py) and FV iterations (roles/federated_validation.py).
+roles/benchmarks.py) and FV iterations (fv/weighting.py).
 The validators (and a hosted Validator with its validation sets) exist only when one of the two is on.
 
 How many FV iterations a round gets:
@@ -21,13 +21,13 @@ from typing import Callable
 
 import torch
 
-from fedmpi.control import Backoff
+from fedmpi.comm.control import Backoff
 from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.context import Context
 from fedmpi.roles.evaluation import Evaluation
-from fedmpi.roles.federated_validation import FederatedValidation
-from fedmpi.roles.validator import needs_validation_sets
-from fedmpi.roles.validator_client import ValidatorPool
+from fedmpi.fv.weighting import FederatedValidation
+from fedmpi.fv.validator import needs_validation_sets
+from fedmpi.fv.validator_client import ValidatorPool
 
 
 class FixedWeighting:
