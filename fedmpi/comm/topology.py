@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedmpi.config import Config, ConfigError, DataSpec
+from fedmpi.fv import fv_runs
 
 SERVER = 0
 
@@ -78,7 +79,7 @@ def build_layout(cfg: Config) -> Layout:
         parties.append(Party(i, name, tuple(range(next_rank, next_rank + n)), specs))
         next_rank += n
     validators = ()
-    if cfg.fv.enabled and cfg.fv.placement == "dedicated":
+    if fv_runs(cfg) and cfg.fv.placement == "dedicated":
         validators = tuple(range(next_rank, next_rank + cfg.fv.validators))
     return Layout(tuple(parties), validators)
 

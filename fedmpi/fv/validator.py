@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.fv import fv_runs
 from fedmpi.roles.context import BackboneState, Context, build_backbone
 from fedmpi.comm.topology import SERVER
 
@@ -55,7 +56,7 @@ def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:
 
 def needs_validation_sets(cfg) -> bool:
     """Whether anything in the run reads the validation sets: FV, or held-out evaluation (eval.every > 0)."""
-    return not cfg.cross_device and (cfg.fv.enabled or cfg.eval.every > 0)
+    return not cfg.cross_device and (fv_runs(cfg) or cfg.eval.every > 0)
 
 
 def prepare_validation_data(cfg) -> dict[str, Path]:

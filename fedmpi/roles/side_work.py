@@ -25,6 +25,7 @@ from fedmpi.comm.control import Backoff
 from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.context import Context
 from fedmpi.roles.evaluation import Evaluation
+from fedmpi.fv import fv_runs
 from fedmpi.fv.weighting import FederatedValidation
 from fedmpi.fv.validator import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool
@@ -48,7 +49,7 @@ class SideWork:
         self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
                            if cfg.eval.every > 0 else None)
         self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())
-                   if cfg.fv.enabled else None)
+                   if fv_runs(cfg) else None)
         self.weighting = self.fv or FixedWeighting(initial_w)
 
     def work_until(self, complete: Callable[[], bool], r: int) -> None:
@@ -67,6 +68,12 @@ class SideWork:
         backoff = Backoff()
         while not complete() and self._has_work():
             backoff.after(self._step(r))
+
+    @property
+    def uploads_kept(self) -> int:
+        """How many earlier rounds' uploads the side work still reads while the next round's land: FV searches
+        over the previous round's θ_i (in place, no copy) while the next gather fills another buffer."""
+        return 0 if self.fv is None else 1
 
     def _has_work(self) -> bool:
         return (self.evaluation is not None and self.evaluation.busy) or (self.fv is not None and self.fv.ready)
