@@ -6,7 +6,7 @@ non-zero when any check fails or was not run.
 
 On the GPU (skipped, with one line saying why, where torch sees no CUDA device):
   throughput-ir50, throughput-ir18
-      the trainer's step (roles/trainer.py: bf16 autocast, the rule's backbone step, the classifier's momentum
+      the trainer's step (silo/trainer.py: bf16 autocast, the rule's backbone step, the classifier's momentum
       SGD) against a plain PyTorch loop of the same model, head and batch (torch.optim.SGD, autocast, backward),
       IR-50 / IR-18 at 112 px, batch 128, on the same on-GPU batch; best of --repeats timed stretches each,
       alternating; goal trainer >= 0.98x plain; the peak GPU memory of each
@@ -16,9 +16,9 @@ On the GPU (skipped, with one line saying why, where torch sees no CUDA device):
       tolerance (bench/gpu_classifier.py)
   resume-one-gpu
       `mpirun -n 3 python -m fedmpi.run` (server + 2 one-rank parties, all on the one GPU, so every group is
-      gloo, said in the run's output), run.deterministic=true, bf16, FV with one iteration per round: stopped
-      by SIGUSR1 in round 2 after a checkpoint and continued with `--resume auto`, it ends bitwise equal
-      (final Θ, losses, FV weights) to the uninterrupted run
+      gloo, said in the run's output), run.deterministic=true, bf16, FV with one iteration per round, 8 rounds:
+      sent SIGUSR1 after round 2 (it checkpoints at the next round boundary and exits 75) and continued with
+      `--resume auto`, it ends bitwise equal (final Θ, losses, FV weights) to the uninterrupted run
 On the machine's cores (CUDA hidden from the ranks):
   startup   `python -m bench.startup --ranks 17 --repeats 1` (--small: 5 ranks, no probe)
   fv-pin    `python -m bench.fv --pin` (FV overhead with the validators on cores of their own; --small: 4 rounds)
@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from jobs.mpirun import mpi_env, mpirun_binary
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from mpirun import mpi_env, mpirun_binary  # noqa: E402
 
 THROUGHPUT_GOAL = 0.98
 FULL_SCALE_CORES = 8
@@ -132,12 +134,30 @@ parties:
   - {name: b, ranks: 1, data: {kind: synthetic, style: ga, identities: 16, images_per_identity: 8}}
 data: {image_size: 32, workers: 0, val_sets: [lfw, cfp_fp], val_pairs_per_fold: 20}
 model: {backbone: ir18, width: 0.25, embedding_size: 64, scale: 32.0}
-optim: {lr: 0.1, batch_size: 16, epochs: 1, steps_per_epoch: 8, milestones: [], amp: bf16}
+optim: {lr: 0.1, batch_size: 16, epochs: 1, steps_per_epoch: 16, milestones: [], amp: bf16}
 fed: {algorithm: pfm, K: 2}
 fv: {enabled: true, placement: server, iterations_per_round: 1}
 run: {deterministic: true, device: cuda}
 checkpoint: {every: 2, keep: 2}
 """
+
+
+def stopped_at_round(args: list[str], after: str, timeout: float) -> tuple[int, str]:
+    """A 3-rank run sent SIGUSR1 (through mpirun, as a user or Slurm would) when its output shows `after`: it
+    checkpoints at the next round boundary and exits 75."""
+    cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", "3", sys.executable, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=mpi_env({"PYTHONPATH": str(ROOT)}))
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    lines, sent = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if not sent and line.startswith(after):
+            proc.send_signal(signal.SIGUSR1)
+            sent = True
+    timer.cancel()
+    return proc.wait(), "".join(lines)
 
 
 def compare_runs(a: Path, b: Path) -> list[str]:
@@ -172,11 +192,10 @@ def resume_one_gpu(args) -> Outcome:
     if code:
         return Outcome("FAIL", ["the uninterrupted run failed:", *out.splitlines()[-10:]])
     lines = [line for line in out.splitlines() if line.startswith("note: group")]
-    signal_script = str(ROOT / "tests" / "mpi_scripts" / "ckpt_signal_at_round.py")
-    code, out = mpirun(3, [signal_script, "--rank", "1", "--round", "2", "--signal", "USR1", "--",
-                           *run_args(cut)], timeout=240)
+    code, out = stopped_at_round(["-m", "fedmpi.run", *run_args(cut)], after="round 2/", timeout=240)
     if code != 75:
-        return Outcome("FAIL", [*lines, f"the run stopped by SIGUSR1 exited {code}, not 75:", *out.splitlines()[-10:]])
+        return Outcome("FAIL", [*lines, f"the run sent SIGUSR1 after round 2 exited {code}, not 75 (preempted):",
+                                *out.splitlines()[-10:]])
     code, out = mpirun(3, ["-m", "fedmpi.run", *run_args(cut), "--resume", "auto"], timeout=240)
     if code:
         return Outcome("FAIL", [*lines, "the resumed run failed:", *out.splitlines()[-10:]])
@@ -187,13 +206,8 @@ def resume_one_gpu(args) -> Outcome:
 # ---------------------------------------------------------------- the CPU benchmarks
 
 
-def bench_module(name: str) -> str:
-    """bench.<name>, or the tools.bench_<name> it was before the benchmarks moved."""
-    return f"bench.{name}" if (ROOT / "bench" / f"{name}.py").exists() else f"tools.bench_{name}"
-
-
 def cpu_benchmark(name: str, options: list[str], timeout: float) -> Outcome:
-    code, out = run_command([sys.executable, "-m", bench_module(name), *options], timeout, env=CPU_ONLY)
+    code, out = run_command([sys.executable, "-m", f"bench.{name}", *options], timeout, env=CPU_ONLY)
     lines = [line for line in out.splitlines() if line.strip()]
     return Outcome("PASS" if code == 0 else "FAIL", lines[-12:] if code == 0 else lines[-20:])
 

@@ -1,7 +1,7 @@
 """The trainer's step against a plain PyTorch loop of the same model, head and batch on one GPU (for
 bench/gpu_check.py; needs CUDA).
 
-The trainer is fedmpi's own (roles/trainer.Trainer, built for the first rank of a one-rank party in a one-rank
+The trainer is fedmpi's own (silo/trainer.Trainer, built for the first rank of a one-rank party in a one-rank
 NCCL world: its setup broadcast is then a no-op); its step is `Trainer.step` (bf16 autocast, backward, the rule's
 backbone step, the classifier's momentum SGD). The plain loop: the same backbone and margin head, autocast,
 backward, torch.optim.SGD (momentum, weight decay), zero_grad. Both see one batch of random images kept on the
@@ -32,9 +32,9 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
     import torch
 
     from fedmpi.config import load_config
-    from fedmpi.roles.context import Context, Groups
-    from fedmpi.roles.trainer import Trainer
-    from fedmpi.topology import build_layout
+    from fedmpi.comm.topology import build_layout
+    from fedmpi.core.context import Context, Groups
+    from fedmpi.silo.trainer import Trainer
 
     cfg = load_config(None, [f"model.backbone={backbone}", "optim.amp=bf16", f"optim.batch_size={batch}",
                              f"data.image_size={image_size}", f"data.root={data_root}", f"run.device={device.type}",

@@ -32,8 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from mpirun import mpi_env, mpirun_binary  # noqa: E402
+from jobs.mpirun import mpi_env, mpirun_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "bench" / "memory_probe.py"

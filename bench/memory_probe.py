@@ -3,7 +3,7 @@
 
 Run by path (bench/memory.py wraps any checkout's fedmpi.run with it). A thread reads the process's anonymous
 memory (RssAnon, /proc/self/status) every SAMPLE_S and keeps its peak before and after the role starts its
-rounds. The role object (Server or Trainer) is taken where `fedmpi.roles.context.drive` receives it; at that
+rounds. The role object (Server or Trainer) is taken where `drive` (fedmpi/core/driver.py) receives it; at that
 moment, before the first step, every tensor and array reachable from it is counted once (by storage) under
 the part it belongs to: model parameters, optimizer state, classifier shard, kept flat buffers (each by its
 attribute path), data. At exit OUT/rank-<R>.json holds the figures (MB):
@@ -134,7 +134,10 @@ def main() -> None:
     record["torch"] = anon_mb()
     sampler = Sampler()
     threading.Thread(target=sampler.loop, daemon=True).start()
-    import fedmpi.roles.context as context
+    try:
+        import fedmpi.core.driver as context
+    except ImportError:  # a checkout from before fedmpi/core (roles/context.py held drive)
+        import fedmpi.roles.context as context
 
     drive = context.drive
 

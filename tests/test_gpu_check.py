@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bench import gpu_check
-from mpirun import ROOT, mpi_env, mpirun
+from jobs.mpirun import ROOT, mpi_env, mpirun
 
 
 def test_without_a_gpu_the_gpu_checks_are_skipped_in_one_line(monkeypatch, capsys, tmp_path):

@@ -1,8 +1,8 @@
-"""Which cross-device role a rank plays: rank 0 the server (the round loop of fedmpi.roles.server with the
+"""Which cross-device role a rank plays: rank 0 the server (the round loop of fedmpi.core.server with the
 cross-device setting), every other rank a trainer of virtual clients."""
 from __future__ import annotations
 
-from fedmpi.topology import SERVER
+from fedmpi.comm.topology import SERVER
 
 
 def run_cross_device(ctx, run_dir, resume=None) -> int:

@@ -1,0 +1,47 @@
+"""The server's console output: one progress line per round and a closing summary."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    def __init__(self, rounds: int, parties: list[str], stream=sys.stdout):
+        self.rounds = rounds
+        self.parties = parties
+        self.stream = stream
+        self.first_loss: np.ndarray | None = None
+        self.last_loss: np.ndarray | None = None
+        self.started = time.time()
+
+    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, note: str = "") -> None:
+        """`note`: the side work's (FV iterations, the latest test accuracy), at the end of the line."""
+        if self.first_loss is None:
+            self.first_loss = loss.copy()
+        self.last_loss = loss.copy()
+        done = r + 1
+        eta = wall_time / done * (self.rounds - done)
+        losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
+        self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
+                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}{'  ' + note if note else ''}\n")
+        self.stream.flush()
+
+    def summary(self, log_path, extra: str = "") -> None:
+        out = [f"log: {log_path}"]
+        if self.first_loss is not None:
+            for name, a, b in zip(self.parties, self.first_loss, self.last_loss):
+                out.append(f"  {name}: loss {a:.3f} (round 1) -> {b:.3f} (round {self.rounds})")
+        out.append(f"  wall time {_duration(time.time() - self.started)}")
+        if extra:
+            out.append(extra)
+        self.stream.write("\n".join(out) + "\n")
+        self.stream.flush()

@@ -1,0 +1,154 @@
+"""The server rank: the round loop. It holds the global payload (Θ and the rule's down payloads) and the
+rule's server state; each round it receives the uploads through its setting's exchange, takes the round's
+weighting from the side work, runs the server step (aggregator + the rule's server update), sends the new
+global payload, logs, lets the side work run and checkpoints. Nothing here depends on the setting (silo parties
+or cross-device clients): the setting provides the model, the exchange and the side work (core/seams.py).
+See docs/ARCHITECTURE.md, "The round loop and its seams"."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from fedmpi import comm
+from fedmpi.aggregation.aggregators import check_exchange
+from fedmpi.aggregation.server_step import ServerStep
+from fedmpi.algorithms import method_key
+from fedmpi.algorithms.build import build_algorithm
+from fedmpi.config import to_yaml
+from fedmpi.core import signals
+from fedmpi.core.context import Context
+from fedmpi.core.payloads import Payloads
+from fedmpi.core.progress import Progress
+from fedmpi.core.seams import RoundStats, Setting
+from fedmpi.core.state import BackboneState
+from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
+from fedmpi.store.h5log import RunLog
+
+
+class Server:
+    def __init__(self, ctx: Context, run_dir, setting: Setting, resume_round: int | None = None,
+                 config_changes: dict | None = None):
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.backbone = setting.model
+        self.state = BackboneState(self.backbone)
+        self.algorithm = build_algorithm(cfg)
+        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
+        self.up_numel = self.state.numel + self.state.n_trainable * len(self.algorithm.up)
+        # Σ w_i u_i before the server update; a rule whose step is the average itself has it formed straight into Θ
+        self.mean = (None if self.algorithm.server_averages
+                     else Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype))
+        self.theta = self.down.theta
+        self.state.read(self.theta)
+        self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
+        self.parties = setting.parties
+        self.run_dir = run_dir
+        self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
+                          algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
+                          parties=self.parties, data=setting.data_description, resume_round=resume_round,
+                          config_changes=config_changes, **setting.log_schema)
+        self.side = setting.side_work(self)
+        self.exchange = setting.exchange(self)
+        self.aggregator = self.algorithm.aggregator()
+        check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
+        self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
+                               self.state.n_trainable)
+        self.progress = Progress(cfg.rounds, self.parties)
+        self.w = self.side.weighting.for_round(-1, None)
+        self.elapsed_before = 0.0  # wall time of the rounds before a resume
+        self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
+
+    def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
+        cfg, exchange, side = self.ctx.cfg, self.exchange, self.side
+        D = self.state.numel
+        exchange.send(self.down.flat)
+        started = time.perf_counter() - self.elapsed_before
+        for r in range(start_round, cfg.rounds):
+            round_start = time.perf_counter()
+            with comm.naming_failures(f"round {r + 1}"):
+                exchange.post(r)
+                side.work_until(exchange.is_complete, r)
+                exchange.wait()
+                rows = exchange.rows
+                self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
+                self.step(exchange, self.w, exchange.participation)           # aggregate, server update
+                exchange.send(self.down.flat)
+                stats = exchange.round_stats(r)
+            self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
+            side.round_done(r, self.theta)
+            if checkpointer and checkpointer.round_end(
+                    r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):
+                self.finish(preempted=True)
+                return signals.EXIT_PREEMPTED
+        self.finish()
+        return 0
+
+    def record(self, r: int, stats: RoundStats, round_time: float, wall_time: float) -> None:
+        cfg = self.ctx.cfg
+        party_ips = stats.images / np.maximum(stats.seconds, 1e-9)
+        moved = self.exchange.bytes_per_round()
+        images = stats.images.sum()
+        self.log.append("rounds", round=r, step=(r + 1) * cfg.fed.K, lr=cfg.lr_at_round(r), wall_time=wall_time,
+                        round_time=round_time, images_per_s=images / round_time,
+                        bytes_moved=sum(moved.values()), bytes_up=moved["up"], bytes_down=moved["down"],
+                        bytes_intra=moved["intra"], loss=stats.loss, party_images_per_s=party_ips,
+                        **self.side.round_columns())
+        self.progress.line(r, stats.loss, images / round_time, wall_time, note=self.side.progress_note())
+        bad = dict(zip(self.parties, stats.bad_records.tolist()))
+        if stats.bad_records.any() and bad != self.bad_records:
+            self.bad_records = bad
+            self.log.record_bad_records(self.bad_records)
+
+    def checkpoint_parts(self, wall_time: float) -> dict:
+        """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, and what the side
+        work and the exchange keep (FV's search; the cross-device sampler and clients' states)."""
+        self.side.flush_evaluations()
+        tree = {"theta": self.theta, "algorithm": self.algo_state, "wall_time": wall_time,
+                "side_work": self.side.state_dict(), "exchange": self.exchange.state_dict(),
+                "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+        if self.w is not None:
+            tree["w"] = self.w
+        return {SERVER_PART: tree}
+
+    def load_checkpoint(self, folder) -> int:
+        """Take the state of a checkpoint written by `checkpoint_parts` (or by the layout before issue 22, whose
+        "validation" entry held both the side work's and the exchange's state); returns the round to continue at."""
+        saved = upgrade_server_part(read_part(folder / SERVER_PART))
+        copy_into(self.theta, saved["theta"], "theta")
+        copy_into(self.algo_state, saved["algorithm"], "algorithm")
+        if self.w is not None:
+            self.w = saved["w"].to(self.w)
+        self.side.load_state_dict(saved["side_work"])
+        self.exchange.load_state_dict(saved["exchange"])
+        self.state.write(self.theta)
+        self.elapsed_before = float(saved["wall_time"])
+        restore_rng(saved["rng"])
+        return int(saved["_attrs"]["round"])
+
+    def finish(self, preempted: bool = False) -> None:
+        cfg = self.ctx.cfg
+        if cfg.run.save_final and not preempted:
+            torch.save({"theta": self.theta.cpu().clone(), "n_trainable": self.state.n_trainable,
+                        "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)
+        self.side.finish()
+        self.log.close()
+        skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
+                   if self.bad_records else "")
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.side.summary())
+
+
+def upgrade_server_part(saved: dict) -> dict:
+    """A server part in today's layout. Before issue 22 everything beside Θ, the rule's state and w sat under
+    "validation": FV's search state ("fv", "latest") and, in the cross-device runs, the exchange's ("sampler":
+    the sampler's generator and the clients' states)."""
+    if "validation" not in saved:
+        return saved
+    old = dict(saved["validation"])
+    exchange = old.pop("sampler", {})
+    side = {key: value for key, value in old.items() if key in ("fv", "latest")}
+    if exchange:                      # the cross-device side work kept nothing of its own
+        side = {}
+    upgraded = {key: value for key, value in saved.items() if key != "validation"}
+    return {**upgraded, "side_work": side, "exchange": exchange}

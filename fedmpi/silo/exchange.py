@@ -1,0 +1,143 @@
+"""The round's exchange, as flat buffers over torch.distributed (see docs/ARCHITECTURE.md, "The round loop").
+
+An upload is `[θ_i (D) | the rule's up payloads (n each)]`, the global payload `[Θ (D) | down payloads]`.
+Up:   party leaders -> server over the leaders group into a [P, D_up] buffer kept across rounds (two alternating
+      when FV reads the previous round's rows while the next land): on CPU each upload received straight into
+      its row, on GPUs a gather.
+Down: server -> leaders (broadcast over the leaders group), then leader -> its party's ranks (broadcast over
+      the party group, which stays inside the party's nodes).
+Statistics: every trainer rank sends its round's numbers to the server over MPI.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from fedmpi import comm
+from fedmpi.aggregation.party_rows import PartyRows
+from fedmpi.core.context import Context
+from fedmpi.core.seams import RoundStats, round_statistics
+from fedmpi.comm.topology import SERVER, Party
+
+
+class SiloExchange:
+    """The server's side: every party's leader uploads each round (the silo setting). `kept`: how many earlier
+    rounds' rows stay untouched while the next gather lands (what the side work declares it reads)."""
+
+    participation = 1.0
+    gives_uploads = True
+
+    def __init__(self, ctx: Context, up_numel: int, down_numel: int, kept: int = 0):
+        self.ctx = ctx
+        P = len(ctx.layout.parties)
+        self._point_to_point = uploads_point_to_point(ctx)
+        self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device,
+                                   lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
+        self._leaders = [p.leader for p in ctx.layout.parties]
+        self._next = 0
+        self._latest: PartyRows | None = None
+        self._work: list = []
+        self._sizes = (up_numel, down_numel)
+
+    def post(self, r: int) -> None:
+        into = self._buffers[self._next]
+        self._pending = into
+        leaders = self.ctx.groups.leaders
+        if self._point_to_point:
+            self._work = [dist.irecv(row, src=leader, group=leaders)
+                          for row, leader in zip(into.rows.unbind(0), self._leaders)]
+        else:
+            self._work = [dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER, group=leaders,
+                                      async_op=True)]
+
+    def is_complete(self) -> bool:
+        return all(work.is_completed() for work in self._work)
+
+    def wait(self) -> None:
+        leaders = comm.group_label("leaders", self.ctx.groups.leaders)
+        with comm.naming_failures(f"gather of the uploads over {leaders}"):
+            for work in self._work:
+                work.wait()
+        self._latest, self._work = self._pending, []
+        self._next = (self._next + 1) % len(self._buffers)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """[P, D_up]: the uploads of the last completed round, party by party."""
+        return self._latest.rows
+
+    def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
+        return self._latest.weighted_sum(w, out)
+
+    def send(self, down: torch.Tensor) -> None:
+        broadcast_global(self.ctx, down)
+
+    def round_stats(self, r: int) -> RoundStats:
+        """Every trainer rank's numbers, per party: the ranks' mean loss, the images they trained, the slowest
+        rank's seconds, the records they skipped."""
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
+                            comm=self.ctx.mpi_fed, root=SERVER)
+        P = len(self.ctx.layout.parties)
+        loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+        bad = np.zeros(P, dtype=np.int64)
+        for s in (s for s in stats if s is not None):
+            i = s["party"]
+            bad[i] += s["bad_records"]
+            loss[i] += s["loss"]
+            images[i] += s["images"]
+            seconds[i] = max(seconds[i], s["seconds"])
+            count[i] += 1
+        return RoundStats(loss / np.maximum(count, 1), images, seconds, bad)
+
+    def state_dict(self) -> dict:
+        """Nothing to keep: the buffers are refilled every round."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def bytes_per_round(self) -> dict[str, int]:
+        """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
+        intra: each leader's broadcast to the other ranks of its party (stays inside the party)."""
+        item = torch.empty((), dtype=self.ctx.dtype).element_size()
+        up, down = (n * item for n in self._sizes)
+        parties = self.ctx.layout.parties
+        return {"up": up * len(parties), "down": down * len(parties),
+                "intra": down * sum(len(p.ranks) - 1 for p in parties)}
+
+
+# ---------------------------------------------------------------- the trainer's side
+
+
+def uploads_point_to_point(ctx: Context) -> bool:
+    """On CPU (gloo) each upload is received straight into its row: gloo's gather stages all rows, the server's
+    own included, in a temporary [P+1, D_up] of its own every round. On GPUs a gather (NCCL's receives into the
+    rows; gloo, where ranks share a GPU, has no send/receive of CUDA tensors)."""
+    return ctx.device.type == "cpu"
+
+
+def send_local(ctx: Context, upload: torch.Tensor) -> None:
+    with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        if uploads_point_to_point(ctx):
+            dist.send(upload, dst=SERVER, group=ctx.groups.leaders)
+        else:
+            dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+
+
+def broadcast_global(ctx: Context, down: torch.Tensor) -> None:
+    with comm.naming_failures(f"broadcast of Theta over {comm.group_label('leaders', ctx.groups.leaders)}"):
+        dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
+
+
+def receive_global(ctx: Context, party: Party, down: torch.Tensor) -> None:
+    if ctx.rank == party.leader:
+        broadcast_global(ctx, down)
+    if ctx.groups.party is not None:
+        with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, ctx.groups.party)}"):
+            dist.broadcast(down, src=party.leader, group=ctx.groups.party)
+
+
+def report(ctx: Context, r: int, stats: dict) -> None:
+    comm.gather(stats, what=round_statistics(r), timeout_s=ctx.cfg.run.collective_timeout_s, comm=ctx.mpi_fed,
+                root=SERVER)

@@ -1,0 +1,208 @@
+"""A party's trainer rank: K local steps per round on its shard of the party's data (the party's mean
+gradient over its group), the party's private classifier with local momentum (eq. 1-2), the backbone step of
+the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
+from __future__ import annotations
+
+
+import torch
+
+from fedmpi import comm
+from fedmpi.algorithms import LocalRound, views
+from fedmpi.algorithms.build import build_algorithm
+from fedmpi.core.context import Context
+from fedmpi.core.driver import drive
+from fedmpi.core.state import BackboneState
+from fedmpi.core.trainer_loop import run_trainer_rounds
+from fedmpi.models.backbone import build_backbone
+from fedmpi.core.payloads import Payloads
+from fedmpi.silo.exchange import receive_global, report, send_local
+from fedmpi.silo.party_gradients import PartyGradients
+from fedmpi.silo.precision import Precision
+from fedmpi.models.sgd import MomentumSGD
+from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
+                                     restore_rng)
+from fedmpi.comm.topology import Party
+
+
+class LossNotFinite(SystemExit):
+    """A party's loss is NaN or Inf: the run stops, and the failure guard prints `rank R (role): <message>`."""
+
+
+def open_party_dataset(party: Party, data_cfg):
+    from fedmpi.data import ConcatFaceDataset, open_training_set
+
+    sets = [open_training_set(spec, data_cfg) for spec in party.specs]
+    return sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
+
+
+def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
+    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
+    from fedmpi.data import ShardBatchSampler
+
+    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), cfg.optim.batch_size,
+                                seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
+    workers = cfg.data.loader_workers(device)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
+                                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                                         # its own generator: starting the stream draws nothing from the global
+                                         # torch RNG, which a resumed run has just restored
+                                         generator=torch.Generator().manual_seed(cfg.data.seed))
+    for images, labels in loader:
+        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+class Trainer:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.party = ctx.layout.party_of(ctx.rank)
+        self.is_leader = ctx.rank == self.party.leader
+        self.dataset = open_party_dataset(self.party, cfg.data)
+        self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
+        self.state = BackboneState(self.backbone)
+        self.algorithm = build_algorithm(cfg)
+        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)   # [Θ | down payloads]
+        # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
+        self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
+        self.global_theta = self.down.theta
+        receive_global(ctx, self.party, self.down.flat)
+        self.state.write(self.global_theta)
+        group = ctx.groups.party
+        self.model, self.party_gradients = self._party_model(group)
+        self.classifier = self._build_classifier().to(ctx.device)
+        o = cfg.optim
+        self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
+                                          weight_decay=o.weight_decay)  # eq. 1-2
+        self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
+        # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
+        self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
+        self.precision = Precision(o.amp, ctx.device)
+
+    def _party_model(self, group):
+        """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
+        all-reduce with backward (its torch._dynamo import is small next to a GPU run). CPU: one all-reduce after
+        backward (silo/party_gradients.py), without DDP's import of torch._dynamo (1.3 s, 150 MB per rank)."""
+        if group is None:
+            return self.backbone, None
+        if self.ctx.device.type == "cuda":
+            from torch.nn.parallel import DistributedDataParallel
+
+            return DistributedDataParallel(self.backbone, process_group=group), None
+        return self.backbone, PartyGradients(self.state.trainable, group)
+
+    def _build_classifier(self):
+        from fedmpi.models.classifier import build_classifier
+
+        m, cfg = self.ctx.cfg.model, self.ctx.cfg
+        return build_classifier(self.dataset.num_classes, m.embedding_size, kind=m.head, scale=m.scale,
+                                margin=cfg.margin, group=self.ctx.groups.party, mode=m.classifier,
+                                sample_rate=m.sample_rate, seed=cfg.run.seed + 1 + self.party.index,
+                                dtype=self.ctx.dtype)
+
+    def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
+        cfg = self.ctx.cfg
+        return run_trainer_rounds(self, cfg.rounds, cfg.lr_at_round, start_round, checkpointer)
+
+    def start(self, start_round: int) -> None:
+        """The batch stream from the resumed step (the first global payload came in __init__)."""
+        cfg, ctx = self.ctx.cfg, self.ctx
+        self.batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * cfg.fed.K, ctx.device)
+
+    def prepare(self, r: int, lr: float) -> None:
+        for group in self.classifier_opt.param_groups:
+            group["lr"] = lr
+
+    def train(self, r: int, lr: float) -> tuple[LocalRound, float]:
+        """K local steps; (what the rule's steps saw, the mean loss)."""
+        ctx, K = self.ctx, self.ctx.cfg.fed.K
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        rnd = self.local_round(lr)
+        with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
+            for k in range(K):
+                images, labels = next(self.batches)
+                rnd.step = k
+                loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
+        mean_loss = float(loss_sum) / K
+        if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
+            raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
+        return rnd, mean_loss
+
+    def report(self, r: int, trained, seconds: float) -> None:
+        cfg = self.ctx.cfg
+        report(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
+                             "images": cfg.fed.K * cfg.optim.batch_size, "bad_records": self.bad_records()})
+
+    def bad_records(self) -> int:
+        """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
+        return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
+
+    def local_round(self, lr: float) -> LocalRound:
+        """What the rule's local steps see this round: Θ at the round's start, the down payloads, the up
+        payloads to fill (all parameter-shaped views into the exchange's buffers)."""
+        params = self.state.trainable
+        return LocalRound(lr=lr, K=self.ctx.cfg.fed.K, global_params=views(self.down.trainable, params),
+                          down=self.down.as_params(params), up=self.up.as_params(params))
+
+    def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
+        if self.party_gradients is not None:
+            self.party_gradients.attach()
+        with self.precision.autocast():
+            embeddings = self.model(images)
+            loss = self.classifier(embeddings, labels)
+        self.precision.backward(loss)
+        if self.party_gradients is not None:
+            self.party_gradients.average()
+        self.classifier.sync_grads()
+        if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
+            with torch.no_grad():
+                grads = [p.grad for p in self.state.trainable]
+                self.algorithm.local_step(self.state.trainable, grads, rnd, self.algo_state)
+            self.classifier_opt.step()
+        for p in (*self.state.trainable, *self.classifier.parameters()):
+            p.grad = None
+        return loss.detach().to(torch.float64)
+
+    def exchange(self, r: int, trained) -> None:
+        """Send θ_i and the rule's up payloads (leader), receive the new global payload, rebuild the rule's
+        state (PFM's M, eq. 6)."""
+        rnd = trained[0]
+        with comm.naming_failures(f"round {r + 1}"):
+            with torch.no_grad():
+                self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
+            previous = self.previous_global
+            if previous is not None:
+                previous.copy_(self.down.trainable)
+            if self.is_leader:
+                self.state.read(self.up.theta)
+                send_local(self.ctx, self.up.flat)
+            receive_global(self.ctx, self.party, self.down.flat)
+            if previous is not None:
+                self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
+            self.state.write(self.global_theta)
+
+    def checkpoint_parts(self) -> dict:
+        """This rank's part of a checkpoint (fedmpi.store.checkpoint): its classifier shard and the shard's
+        optimizer state, the loss scale, its RNGs; the leader also the rule's trainer state (the same on every
+        rank of the party: PFM's M, local momentum), which never leaves the party."""
+        tree = {"classifier": self.classifier.state_dict(), "classifier_optimizer": self.classifier_opt.state_dict(),
+                "precision": self.precision.state_dict(),
+                "rng": capture_rng()}
+        if self.is_leader:
+            tree["algorithm"] = self.algo_state
+        return {party_part(self.party.name, self.party.ranks.index(self.ctx.rank)): tree}
+
+    def load_checkpoint(self, folder) -> int:
+        """Take this rank's state from a checkpoint written by `checkpoint_parts`; returns the round to continue at
+        (the global Θ came with the server's first broadcast)."""
+        saved = read_part(folder / party_part(self.party.name, self.party.ranks.index(self.ctx.rank)))
+        self.classifier.load_state_dict(saved["classifier"])
+        self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
+        self.precision.load_state_dict(saved["precision"])
+        leader = saved if self.is_leader else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
+        copy_into(self.algo_state, leader["algorithm"], "algorithm")
+        restore_rng(saved["rng"])
+        return int(saved["_attrs"]["round"])
+
+
+def run_trainer(ctx: Context, run_dir, resume=None) -> int:
+    return drive(Trainer(ctx), ctx, run_dir, resume)
