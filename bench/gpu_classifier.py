@@ -16,6 +16,7 @@ import argparse
 import sys
 
 import torch
+import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.models import build_classifier
@@ -65,7 +66,7 @@ def main() -> int:
         parts.append(f"{name} max |diff| {err:.2e} (bound {bound:.2e})")
         if not err <= bound:
             failed.append(name)
-    backend = comm.group_backend(range(world))
+    backend = dist.get_backend(group)
     print(f"rank {rank} on {device} ({backend} group), classes {start}..{end - 1}: " + "; ".join(parts)
           + (f"  MISMATCH: {', '.join(failed)}" if failed else "  ok"), flush=True)
     comm.shutdown()

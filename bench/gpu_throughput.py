@@ -52,7 +52,7 @@ def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int =
     resident models at its peak (0 on CPU)}. `extra`: config overrides (a CPU smoke test shrinks the model)."""
     import torch
 
-    from fedmpi.models.heads import build_classifier
+    from fedmpi.models import build_classifier
     from fedmpi.models.iresnet import iresnet
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")

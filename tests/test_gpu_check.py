@@ -84,4 +84,4 @@ def test_sharded_classifier_script_on_cpu(ranks):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
     assert len(lines) == ranks and all(line.endswith("  ok") for line in lines)
-    assert lines[0].startswith("rank 0 on cpu (None group), classes 0..24: loss max |diff|")
+    assert lines[0].startswith("rank 0 on cpu (gloo group), classes 0..24: loss max |diff|")

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedmpi import control
+from fedmpi.comm import control
 
 from .sets import (assemble_pair_sets, prepare_training_set, stage_pair_set, synthetic_folder,
                    validation_folder)
