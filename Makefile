@@ -68,8 +68,8 @@ hsu-cpu: $(STAMP) bytecode
 		--lr 0.01,0.1 --seeds 0 --beta 0.9 clients.population=100 clients.images=20 optim.batch_size=5 \
 		clients.train_images=5000 clients.test_images=1000 clients.rounds=60 eval.every=30 run.device=cpu \
 		data.root=data $(ARGS)
-	$(PY) -m tools.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
-	$(PY) -m tools.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
+	$(PY) -m fedmpi.analysis.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
+	$(PY) -m fedmpi.analysis.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
 
 clean:
 	rm -rf runs data .pytest_cache
