@@ -67,8 +67,8 @@ hsu-cpu: $(STAMP) bytecode
 		--lr 0.05 --equal-eta-eff --seeds 0,1 --beta 0.9 clients.population=40 clients.images=50 \
 		optim.batch_size=10 clients.train_images=2000 clients.test_images=1000 clients.rounds=20 eval.every=10 \
 		clients.ranks=1 run.device=cpu data.root=data $(ARGS)
-	$(PY) -m tools.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
-	$(PY) -m tools.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
+	$(PY) -m fedmpi.analysis.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
+	$(PY) -m fedmpi.analysis.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
 
 clean:
 	rm -rf runs data .pytest_cache

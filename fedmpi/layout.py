@@ -7,7 +7,7 @@ import json
 import sys
 
 from fedmpi.config import ConfigError, load_config
-from fedmpi.topology import build_layout
+from fedmpi.comm.topology import build_layout
 
 
 def main(argv=None) -> int:

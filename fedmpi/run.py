@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from fedmpi import control
+from fedmpi.comm import control
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.roles import signals
-from fedmpi.topology import SERVER, build_layout, check_world_size
+from fedmpi.comm.topology import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
 
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
 
     def work() -> int:
         from fedmpi.roles.context import build_context
-        from fedmpi.roles.validator import needs_validation_sets, prepare_validation_data
+        from fedmpi.fv.validator import needs_validation_sets, prepare_validation_data
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
         if rank == SERVER and needs_validation_sets(cfg):
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             from fedmpi.roles.server import run_server
             return run_server(ctx, run_dir, description, resume=resume)
         if role == "validator":
-            from fedmpi.roles.validator import run_validator
+            from fedmpi.fv.validator import run_validator
             return run_validator(ctx)
         from fedmpi.roles.trainer import run_trainer
         return run_trainer(ctx, run_dir, resume=resume)

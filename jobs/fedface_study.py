@@ -1,7 +1,7 @@
 """FedFace's experiments (Bai et al. 2021, Table 1, Fig. 4-6) as one study of runs, at a named scale: what
 `python -m jobs.reproduce fedface --scale SCALE` runs.
 
-Each run is a RunSpec of jobs/sweeps.py built from the fig4 sweep's settings and methods, shrunk by the scale's
+Each run is a RunSpec of jobs/sweep_plans.py built from the fig4 sweep's settings and methods, shrunk by the scale's
 overrides, with labels that say where the report uses it:
   fig4:    the Fig. 4 settings (a..f) it is compared in (a centralized run is the baseline of every setting of
            its backbone, head and data: K does not change a single party's training)
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.sweeps import METHODS, SETTINGS, RunSpec, _party_names
+from fedmpi.analysis.methods import FEDFACE_METHODS, TABLE1_STUDY_METHODS
+from jobs.sweep_plans import METHODS, SETTINGS, RunSpec, _party_names
 
-FV_METHODS = ("fedavg+fv", "fedface")
-TABLE1_METHODS = ("centralized", "fedavg", "pfm", "fedface")   # the paper's columns, and FedFace
+FV_METHODS = tuple(key for key, (_, _, fv) in FEDFACE_METHODS.items() if fv)
 TABLE1_MODELS = {"a": "IR-18 ArcFace", "d": "IR-18 CosFace", "e": "IR-34 ArcFace"}
 K_RATIO = {s: int(next(o for o in base if o.startswith("fed.K=")).split("=")[1]) // 100
            for s, (_, base) in SETTINGS.items()}      # a, d, e, f: 1; b: 4; c: 16 (the paper's 100/400/1600)
@@ -125,7 +125,7 @@ def study(scale: Scale) -> list[RunSpec]:
                 fv = method in FV_METHODS
                 runs.append(_spec(setting, method, scale, seed, f"{setting}{suffix}-{method.replace('+', '-')}", [],
                                   fig4=fig4,
-                                  table1=TABLE1_MODELS.get(setting, "") if method in TABLE1_METHODS else "",
+                                  table1=TABLE1_MODELS.get(setting, "") if method in TABLE1_STUDY_METHODS else "",
                                   fig5="local" if fv and setting == "a" and seed == first else "",
                                   fig6=fv and seed == first and setting in ("a", "f"),
                                   bad="clean" if method == "fedface" and setting == "a" and seed == first

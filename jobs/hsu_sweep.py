@@ -79,7 +79,7 @@ def _label(value: float) -> str:
 
 
 def hsu_runs(grid: HsuGrid | None, spec):
-    """RunSpec per grid point; labels carry the values (tools.hsu_table reads them from the sweep's index)."""
+    """RunSpec per grid point; labels carry the values (fedmpi.analysis.hsu_table reads them from the sweep's index)."""
     grid = grid or HsuGrid()
     runs = []
     for algorithm in grid.algorithms:

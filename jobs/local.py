@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from jobs.index import write_index
+from fedmpi.analysis.sweep_index import write_index
+from jobs.mpirun import mpirun_binary
 from jobs.site import ROOT
 
 
 def mpirun_command(world: int) -> list[str]:
-    here = Path(sys.executable).parent / "mpirun"
-    binary = str(here) if here.exists() else (shutil.which("mpirun") or "mpirun")
-    return [binary, "--oversubscribe", "--bind-to", "none", "-n", str(world), sys.executable]
+    return [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(world), sys.executable]
 
 
 def local_env() -> dict:

@@ -2,7 +2,7 @@
 Fig. 4-6 and a bad-party run; jobs/fedface_study.py) through the sweep machinery of jobs/sweep.py -- here under
 mpirun one run after another, or with --slurm as job arrays (waiting for them, bounded by --timeout) -- then
 write the results file (default docs/results/fedface_<scale>.md, figures beside it) from the runs' HDF5 logs
-with tools/fedface_report.py. The sweep folder (logs, index.json with every run's wall and CPU time) is
+with fedmpi/analysis/fedface_report.py. The sweep folder (logs, index.json with every run's wall and CPU time) is
 --folder; the synthetic data is generated in {folder}/data unless data.root is given. `--report-only` rewrites the
 results file from an earlier study's folder without running anything. Extra key=value overrides apply to every
 run (e.g. data.root=/scratch/data)."""
@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from jobs.fedface_study import SCALES, study
-from jobs.index import read_index, write_index
+from fedmpi.analysis.sweep_index import read_index, write_index
 from jobs.local import children_cpu_s
 from jobs.site import ROOT, Site, load_site
 from jobs.sweep import execute, planned_rows, print_plan
-from jobs.sweeps import RunSpec
+from jobs.sweep_plans import RunSpec
 
 STUDIES = {"fedface": (SCALES, study)}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.report_only:
             run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
-        from tools.fedface_report import write_report
+        from fedmpi.analysis.fedface_report import write_report
         write_report(folder, out, scale.rationale,
                      f"`{command_line(argv)}` (commit {git_commit()})" if args.report_only else "")
     except ValueError as exc:

@@ -1,5 +1,5 @@
 """`python -m jobs.sweep NAME [--only RUNS] [--dry-run] [--wait] [--local] [key=value ...]`: submit one of the
-papers' sweeps (fig4, table1, fig5, hsu; see jobs/sweeps.py) as Slurm job arrays through submitit, one array per
+papers' sweeps (fig4, table1, fig5, hsu; see jobs/sweep_plans.py) as Slurm job arrays through submitit, one array per
 rank layout, or with --local run them one after another on this machine under mpirun. The hsu grid is reduced
 by --alpha/--fraction/--epochs/--lr/--seeds/--beta/--algorithms. Every run logs to {folder}/runs/{run}/log.h5; {folder}/index.json records what ran where and is
 updated while --wait waits (bounded by --timeout). `python -m jobs.sweep --status FOLDER` refreshes and
@@ -17,9 +17,9 @@ import submitit
 
 from jobs.executor import allocation_for, layout_of, make_executor
 from jobs.hsu_sweep import add_grid_arguments, grid_from_args
-from jobs.index import new_index, read_index, write_index
+from fedmpi.analysis.sweep_index import new_index, read_index, write_index
 from jobs.site import ROOT, Site, load_site
-from jobs.sweeps import RunSpec, plan
+from jobs.sweep_plans import RunSpec, plan
 from jobs.task import FedmpiTask, RunResult
 from jobs.watch import wait_for
 

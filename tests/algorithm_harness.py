@@ -1,5 +1,6 @@
 """Driving a rule as the roles do, on a small problem in float64, for the algorithm tests: K local steps per
-party (up payloads filled at the end), Σ w_i of every upload, the server update, on_global; and centralized
+party (up payloads filled at the end), the server's own step on the uploads (ServerStep: Σ w_i of every upload
+by the default aggregator, the server update), on_global; and centralized
 momentum SGD on the union batch as the reference (DESIGN.md sec. 4). Also one tiny run of a rule through
 `python -m fedmpi.run` under mpirun (2 parties, gloo) with its checkpoints."""
 import copy
@@ -7,7 +8,11 @@ import copy
 import pytest
 import torch
 
+from fedmpi.aggregation.party_rows import PartyRows
+from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import LocalRound, views
+from fedmpi.roles.context import BackboneState
+from fedmpi.roles.exchange import Payloads
 
 WD, BETA = 5e-4, 0.9
 
@@ -46,26 +51,43 @@ def flat(module):
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
-def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA, parties=3):
+class GatheredUploads:
+    """The parties' uploads of a round in one [P, D_up] buffer, as the silo exchange holds them after its gather."""
+
+    gives_uploads = True
+
+    def __init__(self, parties: int, numel: int):
+        self._rows = PartyRows(parties, numel, dtype=torch.get_default_dtype())
+        self.rows = self._rows.rows
+
+    def weighted_mean(self, w, out):
+        return self._rows.weighted_sum(w, out)
+
+
+def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA, parties=3, aggregator=None):
     """Drive a rule exactly as the roles do: K local steps per party (with its up payloads filled at the end),
-    then aggregate Σ w_i of every upload, the server update, then on_global on every party."""
+    then the server's step on the uploads (the rule's aggregator unless one is given, the server update), then
+    on_global on every party."""
     backbone, heads, sizes, data = make_problem(parties)
-    theta = flat(backbone)
-    n = theta.numel()
-    down = {name: torch.zeros(n) for name in algorithm.down}
-    server_state = algorithm.init_server_state(theta, down)
+    state = BackboneState(backbone)
+    cpu, dtype = torch.device("cpu"), torch.get_default_dtype()
+    global_payload, mean = Payloads(state, algorithm.down, cpu, dtype), Payloads(state, algorithm.up, cpu, dtype)
+    state.read(global_payload.theta)
+    theta, down, n = global_payload.theta, global_payload.extra, state.n_trainable
+    server_state = algorithm.init_server_state(global_payload.trainable, down)
+    step = ServerStep(algorithm, aggregator or algorithm.aggregator(), global_payload, mean, server_state, n)
+    uploads = GatheredUploads(len(heads), mean.flat.numel())
     locals_ = [copy.deepcopy(backbone) for _ in heads]
     states = [algorithm.init_trainer_state(list(m.parameters())) for m in locals_]
     opts = [torch.optim.SGD(h.parameters(), lr=lrs[0], momentum=classifier_momentum, weight_decay=WD) for h in heads]
     for r in range(rounds):
         lr = lrs[r]
-        uploads = []
         for i, (model, head) in enumerate(zip(locals_, heads)):
             params = list(model.parameters())
-            up = {name: torch.zeros(n) for name in algorithm.up}
+            up = Payloads(state, algorithm.up, cpu, dtype)
             rnd = LocalRound(lr=lr, K=K, global_params=views(theta.clone(), params),
                              down={k: views(v, params) for k, v in down.items()},
-                             up={k: views(v, params) for k, v in up.items()})
+                             up=up.as_params(params))
             for group in opts[i].param_groups:
                 group["lr"] = lr
             for k in range(K):
@@ -79,16 +101,16 @@ def federated(algorithm, K, rounds, lrs, weights, classifier_momentum=BETA, part
                     p.grad = None
             with torch.no_grad():
                 algorithm.end_round(params, rnd, states[i])
-            uploads.append({"theta": flat(model), **up})
-        mean = {key: sum(w * u[key] for w, u in zip(weights, uploads)) for key in uploads[0]}
+            up.theta.copy_(flat(model))
+            uploads.rows[i].copy_(up.flat)
         previous = theta.clone()
-        algorithm.server_update(theta, mean, server_state)
+        step(uploads, torch.tensor(weights, dtype=torch.float64))
         for s in states:
             algorithm.on_global(previous, theta, lr, s)
         for m in locals_:
             with torch.no_grad():
                 torch.nn.utils.vector_to_parameters(theta.clone(), m.parameters())
-    return theta
+    return theta.clone()
 
 
 def centralized(rounds, lrs, weights, momentum=BETA, classifier_momentum=BETA):
@@ -141,7 +163,7 @@ def declare_rule(name: str, overrides: list[str], rounds: int = 2, K: int = 2) -
 def launch_rule(tmp_path, name: str, overrides: list[str], rounds: int = 2, K: int = 2, data=None):
     """The tiny run of a rule in a launch of its own (data.root: `data`, else tmp_path/data). Returns the run
     folder."""
-    from mpirun import mpirun
+    from jobs.mpirun import mpirun
 
     args = ["-m", "fedmpi.run", *rule_overrides(overrides, rounds, K), f"log.dir={tmp_path}", f"log.name={name}",
             f"data.root={data or tmp_path / 'data'}"]

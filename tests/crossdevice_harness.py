@@ -1,13 +1,15 @@
 """The cross-device round in one process, as the reference the mpirun runs are held to: every sampled client
 trained from the global payload with its state from the server's store, each upload [theta_k | up payloads]
-kept, then sum_k n_k u_k / sum_k n_k, the rule's server update (Server.aggregate) and on_global on the trainer."""
+kept, then the server's own step (ServerStep: sum_k n_k u_k / sum_k n_k, as the exchange's reduction gives it,
+then the rule's server update) and on_global on the trainer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from fedmpi.algorithms import build_algorithm
+from fedmpi.aggregation.server_step import ServerStep
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import load_config
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import ClientStore, client_store
@@ -19,6 +21,19 @@ from fedmpi.roles.exchange import Payloads
 
 CONFIG = "configs/hsu_cifar10.yaml"
 CPU = torch.device("cpu")
+
+
+class SampledUploads:
+    """A round's client uploads [theta_k | up payloads] with their example counts; the weighted mean is what the
+    cross-device exchange's reduction gives (its weights are the counts, not w)."""
+
+    gives_uploads = False
+
+    def __init__(self, uploads: list[tuple[int, torch.Tensor]]):
+        self.uploads = uploads
+
+    def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
+        return out.copy_(sum(size * u for size, u in self.uploads) / sum(size for size, _ in self.uploads))
 
 
 @dataclass
@@ -39,12 +54,13 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
     down, mean = Payloads(state, algorithm.down, CPU, dtype), Payloads(state, algorithm.up, CPU, dtype)
     state.read(down.theta)
     server_state = algorithm.init_server_state(down.trainable, down.extra)
+    step = ServerStep(algorithm, algorithm.aggregator(), down, mean, server_state, state.n_trainable)
     store = client_store(algorithm, state.trainable)
     local = LocalTrainer(model, state, algorithm, data, epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size,
                          seed=cfg.run.seed, augment=False, device=CPU, dtype=dtype)
     population = len(data.parts)
     sampler = ClientSampler(population, cfg.clients.fraction if population > 1 else 1.0, cfg.clients.sampler_seed)
-    sampled, n = [], state.n_trainable
+    sampled = []
     for r in range(cfg.rounds):
         ids = [int(k) for k in sampler.sample()]
         sampled.append(ids)
@@ -55,11 +71,8 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
             uploads.append((size, local.up.flat.to(torch.float64).clone()))
             if store:
                 store.put(k, client)
-        mean.flat.copy_(sum(size * u for size, u in uploads) / sum(size for size, _ in uploads))
         previous = down.theta.clone()
-        algorithm.server_update(down.trainable, {"theta": mean.trainable, **mean.extra}, server_state,
-                                participation=len(ids) / population)
-        down.theta[n:].copy_(mean.theta[n:])
+        step(SampledUploads(uploads), None, participation=len(ids) / population)
         local.down.flat.copy_(down.flat)
         local.new_global(previous, cfg.lr_at_round(r))
     return Simulation(down.theta.clone(), sampled, server_state, store, local)

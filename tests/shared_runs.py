@@ -32,7 +32,7 @@ def data_root_of(run: Path) -> Path:
 
 
 def launch_all(base: Path) -> dict[str, Path]:
-    from mpirun import mpirun
+    from jobs.mpirun import mpirun
 
     plan = [[*args, f"log.dir={base}", f"log.name={name}", f"data.root={base / 'data'}",
              f"run.save_final={base / name}.pt"] for name, args in _DECLARED.items()]

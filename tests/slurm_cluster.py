@@ -1,6 +1,6 @@
 """A one-node Slurm on localhost for the tests: munged (as user munge, on a socket of its own), slurmctld and
 slurmd with a generated slurm.conf in a temporary folder, PMIx for `srun --mpi=pmix`, and a `sacct`
-stand-in (tools/fake_sacct.py) answering from scontrol and the jobcomp file, since there is no accounting
+stand-in (tests/fake_sacct.py) answering from scontrol and the jobcomp file, since there is no accounting
 database. Debian's packages (`.ci/install_slurm.sh`) provide the daemons.
 
 Use the session fixture `slurm_cluster`; it sets SLURM_CONF and PATH for the whole session. Where Slurm is
@@ -283,7 +283,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         bin_dir = self.root / "bin"
         bin_dir.mkdir()
         sacct = bin_dir / "sacct"
-        sacct.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tools' / 'fake_sacct.py'} \"$@\"\n")
+        sacct.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'fake_sacct.py'} \"$@\"\n")
         sacct.chmod(0o755)
         self.env["PATH"] = f"{bin_dir}:{os.environ.get('PATH', '')}"
 

@@ -106,7 +106,7 @@ def test_sgd_server_optimizer_with_lr_1_is_the_average_bit_for_bit_and_scales_ot
 
 
 def test_only_plain_averaging_rules_form_the_average_straight_into_theta():
-    from fedmpi.algorithms import build_algorithm
+    from fedmpi.algorithms.build import build_algorithm
     from fedmpi.config import load_config
 
     def averages(*overrides):

@@ -1,4 +1,4 @@
-"""The analysis tools (tools/summary, table1, relative, weights, curves) on a sweep of run logs.
+"""The analysis tools (fedmpi/analysis/summary, table1, relative, weights, curves) on a sweep of run logs.
 
 The logs are written with the project's RunLog writer (the format the server writes), with the shapes a
 3-party CPU run produces: per-round losses per party, throughput, FV iterations (candidates, scores, chosen,
@@ -112,7 +112,7 @@ def make_sweep(root: Path) -> Path:
             overrides = [*overrides, "optim.epochs=12"]   # 12 x 40 steps = 24 rounds of K = 20
         log = write_log(root / "runs" / folder / "log.h5", algorithm=algorithm, overrides=overrides, seed=seed,
                         fv_iterations=fv_iterations, **kwargs)
-        # the index jobs.sweep writes (jobs/index.py); its paths absolute, or relative to the sweep folder
+        # the index jobs.sweep writes (fedmpi/analysis/sweep_index.py); its paths absolute, or relative to the sweep folder
         where = {"log_dir": str(log.parent), "log": str(log)} if seed % 2 else {"log_dir": f"runs/{folder}"}
         entries.append({"name": folder, **where, "labels": {"setting": setting, "method": algorithm},
                         "state": "COMPLETED", "exit_status": 0})
@@ -171,7 +171,7 @@ def close(a, b, tol=1e-8):
 
 
 def test_summary_numbers_match_the_datasets(sweep, tmp_path):
-    from tools.summary import main
+    from fedmpi.analysis.summary import main
     names = ["k10_pfm_fv", "k10_centralized", "k10_solo_vgg"]
     table = as_dict(run_csv(main, [sweep / "runs" / n for n in names] + ["--metrics", "all"], tmp_path))
     for name in names:
@@ -206,7 +206,7 @@ def test_summary_numbers_match_the_datasets(sweep, tmp_path):
 
 
 def test_summary_text_and_markdown(sweep, capsys):
-    from tools.summary import main
+    from fedmpi.analysis.summary import main
     main([str(sweep / "runs" / "k10_centralized"), "--format", "md"])
     md = capsys.readouterr().out
     assert md.splitlines()[0] == "|  | k10_centralized |"
@@ -223,7 +223,7 @@ def test_summary_text_and_markdown(sweep, capsys):
 
 
 def test_table1_is_the_papers_layout_with_smoothed_final_losses(sweep, tmp_path):
-    from tools.table1 import main
+    from fedmpi.analysis.table1 import main
     rows = run_csv(main, [sweep], tmp_path)
     assert rows[0] == ["Setting", "Party", "Solo", "Centralized", "FedAvg", "PFM"]
     cells = {(r[0], r[1]): dict(zip(rows[0][2:], r[2:])) for r in rows[1:]}
@@ -245,7 +245,7 @@ def test_table1_is_the_papers_layout_with_smoothed_final_losses(sweep, tmp_path)
 
 
 def test_table1_footnotes_and_averaged_cells(sweep, capsys):
-    from tools.table1 import main
+    from fedmpi.analysis.table1 import main
     main([str(sweep), "--methods", "PFM+FV,Centralized", "--format", "md"])
     md = capsys.readouterr().out
     lines = md.splitlines()
@@ -266,7 +266,7 @@ def final(folder_path: Path, val_set: str, metric: str = "accuracy") -> float:
 
 
 def test_relative_subtracts_the_centralized_baseline_per_setting(sweep, tmp_path):
-    from tools.relative import main
+    from fedmpi.analysis.relative import main
     fig = tmp_path / "fig4.png"
     rows = run_csv(main, [sweep, "--fig", fig, "--pdf"], tmp_path)
     assert rows[0] == ["Setting", "Method", "runs", *VAL_SETS, "mean"]
@@ -287,7 +287,7 @@ def test_relative_subtracts_the_centralized_baseline_per_setting(sweep, tmp_path
 
 
 def test_relative_groups_by_setting_globs_and_by_config(sweep, tmp_path):
-    from tools.relative import main
+    from fedmpi.analysis.relative import main
     rows = run_csv(main, [sweep, "--setting", "short=*k10_*", "--metric", "tar_far_1e-3", "--at", "best",
                           "--fig", tmp_path / "a.png"], tmp_path)
     assert {r[0] for r in rows[1:]} == {"short"}
@@ -309,7 +309,7 @@ def test_relative_groups_by_setting_globs_and_by_config(sweep, tmp_path):
 
 
 def test_weights_trace_and_norm_comparison(sweep, tmp_path):
-    from tools.weights import main
+    from fedmpi.analysis.weights import main
     fig6, fig5 = tmp_path / "w.png", tmp_path / "n.png"
     out = tmp_path / "weights.csv"
     main([str(sweep), "--fig", str(fig6), "--norm-fig", str(fig5), "--format", "csv", "--out", str(out)])
@@ -341,8 +341,8 @@ def test_weights_trace_and_norm_comparison(sweep, tmp_path):
 
 
 def test_weights_needs_fv_runs(sweep, capsys):
-    from tools.runs import cli
-    from tools.weights import main
+    from fedmpi.analysis.run_log import cli
+    from fedmpi.analysis.weights import main
     assert cli(main, [str(sweep / "runs" / "k10_pfm")]) == 2
     assert capsys.readouterr().err == ("error: no run has FV iterations in its log (only runs with "
                                        "fv.enabled=true have them)\n")
@@ -352,7 +352,7 @@ def test_weights_needs_fv_runs(sweep, capsys):
 
 
 def test_curves_figure_and_plotted_data(sweep, tmp_path):
-    from tools.curves import main
+    from fedmpi.analysis.curves import main
     fig, data = tmp_path / "curves.png", tmp_path / "curves.csv"
     runs = [sweep / "runs" / "k10_pfm", sweep / "runs" / "k10_centralized", sweep / "runs" / "k10_solo_vgg"]
     main([*map(str, runs), "--fig", str(fig), "--pdf", "--data", str(data), "--smooth", "0.9", "--sets", "lfw,calfw"])
@@ -397,7 +397,7 @@ def real_fv_runs(shared_runs, tmp_path_factory) -> Path:
 
 
 def test_tools_on_a_real_run(real_fv_runs, tmp_path):
-    from tools import curves, summary, table1
+    from fedmpi.analysis import curves, summary, table1
     real_run = real_fv_runs / "fedface"
     d = read_h5(real_run / "log.h5")
     assert d["parties"] == PARTIES and len(d["rounds/round"]) == 3
@@ -417,7 +417,7 @@ def test_tools_on_a_real_run(real_fv_runs, tmp_path):
 
 
 def test_relative_and_weights_on_real_fedface_and_centralized_runs(real_fv_runs, tmp_path):
-    from tools import relative, weights
+    from fedmpi.analysis import relative, weights
     fedface, central = read_h5(real_fv_runs / "fedface" / "log.h5"), read_h5(real_fv_runs / "central" / "log.h5")
     assert len(fedface["fv/w"]) >= 1
     rows = run_csv(relative.main, [real_fv_runs], tmp_path, "rel.csv")
@@ -466,8 +466,8 @@ WRITER = textwrap.dedent("""
 
 
 def test_tools_read_a_log_while_the_run_writes_it(tmp_path, capsys):
-    from tools.runs import AnalysisError
-    from tools.summary import main
+    from fedmpi.analysis.run_log import AnalysisError
+    from fedmpi.analysis.summary import main
     path = tmp_path / "live" / "log.h5"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -505,7 +505,7 @@ def test_tools_read_a_log_while_the_run_writes_it(tmp_path, capsys):
 
 
 def run_tool(module: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"tools.{module}", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", f"fedmpi.analysis.{module}", *map(str, args)], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
 
 
@@ -528,8 +528,8 @@ def test_a_log_of_another_schema_version_is_refused(sweep, tmp_path):
     (["{sweep}", "--setting", "x=*nomatch*"], "--setting: no run matches any of the globs (*nomatch*)"),
 ])
 def test_bad_input_gives_one_line_and_status_2(sweep, tmp_path, capsys, args, message):
-    from tools.runs import cli
-    from tools.table1 import main
+    from fedmpi.analysis.run_log import cli
+    from fedmpi.analysis.table1 import main
     (tmp_path / "notes.txt").write_text("not hdf5")
     assert cli(main, [a.format(tmp=tmp_path, sweep=sweep) for a in args]) == 2
     err = capsys.readouterr().err
@@ -538,21 +538,21 @@ def test_bad_input_gives_one_line_and_status_2(sweep, tmp_path, capsys, args, me
 
 @pytest.mark.parametrize("module", ["summary", "table1", "relative", "weights", "curves"])
 def test_every_command_has_help(module, capsys):
-    main = __import__(f"tools.{module}", fromlist=["main"]).main
+    main = __import__(f"fedmpi.analysis.{module}", fromlist=["main"]).main
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
     assert exit_info.value.code == 0
-    assert f"python -m tools.{module}" in capsys.readouterr().out
+    assert f"python -m fedmpi.analysis.{module}" in capsys.readouterr().out
 
 
 def test_ema_is_initialised_with_the_first_value_and_skips_gaps():
-    from tools.tables import ema
+    from fedmpi.analysis.tables import ema
     assert ema([4.0, 2.0, np.nan, 0.0], 0.5).tolist() == [4.0, 3.0, 3.0, 1.5]
     np.testing.assert_allclose(ema([[np.nan, 1.0], [2.0, 3.0]], 0.99), [[np.nan, 1.0], [2.0, 1.02]], rtol=1e-12)
 
 
 def test_figures_go_beside_their_input_unless_told_otherwise(tmp_path):
-    from tools.plots import beside_input
+    from fedmpi.analysis.plots import beside_input
 
     run = tmp_path / "sweep" / "run"
     run.mkdir(parents=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 SCRIPT = Path(__file__).resolve().parent / "mpi_scripts" / "deadline_receive.py"
 

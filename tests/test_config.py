@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from fedmpi.config import ConfigError, config_from_yaml, load_config, to_yaml
-from fedmpi.topology import build_layout
-from mpirun import ROOT, mpirun
+from fedmpi.comm.topology import build_layout
+from jobs.mpirun import ROOT, mpirun
 
 
 def test_defaults_are_the_papers():

@@ -14,7 +14,7 @@ import torch
 from crossdevice_harness import CONFIG, simulate
 from fedmpi.store.checkpoint import read_part, round_folder_name
 from fedmpi.store.h5log import LogReader
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 TINY = ["clients.population=6", "clients.images=12", "clients.train_images=80", "clients.test_images=40",
         "clients.fraction=0.5", "clients.rounds=3", "clients.alpha=0.5", "optim.batch_size=5", "optim.lr=0.05",

@@ -8,7 +8,7 @@ from fedmpi.config import load_config
 from fedmpi.roles.context import BackboneState, build_backbone, initial_weights
 from fedmpi.roles.trainer import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
-from fedmpi.topology import build_layout
+from fedmpi.comm.topology import build_layout
 from shared_runs import data_root_of, declare
 
 # party a: 2 ranks (DDP + sharded classifier), party b: 1 rank; lr drops after round 3 (a round boundary)
@@ -40,7 +40,7 @@ def run_federated(shared_runs, name):
 def centralized_reference(data, overrides, momentum):
     """Momentum SGD on the union of every rank's batch: backbone gradient sum_i w_i dL_i/dtheta, where L_i is
     party i's mean loss over all its ranks' samples; each party's classifier its own momentum SGD (eq. 1-2)."""
-    from fedmpi.models.heads import build_classifier
+    from fedmpi.models.classifier import build_classifier
 
     cfg = load_config(None, [*SMALL, *overrides, f"data.root={data}"])
     layout = build_layout(cfg)

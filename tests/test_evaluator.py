@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedmpi.evaluator import Evaluator
+from fedmpi.metrics.evaluator import Evaluator
 from fedmpi.metrics.embed import embed_images, pair_scores
 from fedmpi.metrics.roc import tar_at_far
 from fedmpi.metrics.verification import fv_accuracy, heldout_accuracy

@@ -12,7 +12,7 @@ import torch
 from fedmpi.models.iresnet import iresnet
 from fedmpi.roles.context import BackboneState
 from mpi_scripts.ckpt_common import CONFIG, reference_run
-from mpirun import ROOT
+from jobs.mpirun import ROOT
 
 MODEL = dict(embedding_size=CONFIG["model"]["embedding_size"], input_size=CONFIG["data"]["image_size"],
              width=CONFIG["model"]["width"])

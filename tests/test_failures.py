@@ -20,7 +20,7 @@ from fedmpi.store import checkpoint as ck
 from fedmpi.store.h5log import LogReader
 from mpi_scripts.ckpt_common import (WORLD, assert_same_run, copy_run, error_lines, reference_run, rounds_logged,
                                      sibling_run, snapshot)
-from mpirun import ROOT, mpi_env, mpirun_binary
+from jobs.mpirun import ROOT, mpi_env, mpirun_binary
 
 BAD_INPUT_TIMEOUT_S = 120  # torch imported by 4 ranks on 2 busy cores: ~30 s; 60 s was hit once at load 11-14
 

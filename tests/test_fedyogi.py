@@ -3,7 +3,7 @@ lr 0.01) and refuses another; under mpirun the server's second step is Alg. 2's 
 import pytest
 
 from algorithm_harness import assert_adaptive_server_step, declare_rule
-from fedmpi.algorithms import build_algorithm
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import ConfigError, load_config
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedmpi.fv import (FVSearch, MovingNorm, candidate_backbone, choose, local_norm, sample_candidates, smooth)
+from fedmpi.fv.search import (FVSearch, MovingNorm, candidate_backbone, choose, local_norm, sample_candidates, smooth)
 
 S = np.array([[0.9, 0.5],
               [0.8, 0.7],

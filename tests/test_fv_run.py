@@ -20,13 +20,13 @@ import torch
 
 from fedmpi.config import load_config
 from fedmpi.data import load_bin
-from fedmpi.evaluator import Evaluator
+from fedmpi.metrics.evaluator import Evaluator
 from fedmpi.roles.context import BackboneState, build_backbone
 from fedmpi.roles.evaluation import evaluation_due, log_row
-from fedmpi.roles.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
+from fedmpi.fv.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
 from fedmpi.store.checkpoint import SERVER_PART, latest_complete, read_part
 from fedmpi.store.h5log import EVAL_METRICS, LogReader
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 ROUNDS, K, ITERATIONS, T, VAL_SETS = 5, 40, 2, 4, ["lfw", "agedb_30"]
 NOFV_ROUNDS, NOFV_K = 2, 2

@@ -1,5 +1,5 @@
-"""The hsu sweep's grid (python -m jobs.sweep hsu) and the tools that read it: tools.hsu_table (rows C, columns
-alpha, panels E, best lr per cell averaged over seeds, FedAvg / FedAvgM) and tools.hsu_lr (accuracy vs eta_eff)."""
+"""The hsu sweep's grid (python -m jobs.sweep hsu) and the tools that read it: fedmpi.analysis.hsu_table (rows C, columns
+alpha, panels E, best lr per cell averaged over seeds, FedAvg / FedAvgM) and fedmpi.analysis.hsu_lr (accuracy vs eta_eff)."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,11 @@ import pytest
 
 from fedmpi.store.h5log import RunLog
 from jobs.hsu_sweep import HsuGrid
-from jobs.index import new_index, write_index
-from jobs.sweeps import plan
-from tools.hsu_table import hsu_tables
-from tools.hsu_results import load_results
-from tools.tables import render
+from fedmpi.analysis.sweep_index import new_index, write_index
+from jobs.sweep_plans import plan
+from fedmpi.analysis.hsu_table import hsu_tables
+from fedmpi.analysis.hsu_results import load_results
+from fedmpi.analysis.tables import render
 
 
 def test_the_paper_grid_and_its_reduction():
@@ -89,7 +89,7 @@ def test_table_best_lr_per_cell_averaged_over_seeds(tmp_path):
     csv = render(hsu_tables(load_results(tmp_path), "csv")[0], "csv").splitlines()
     assert csv[0] == "C,alpha=100 FedAvg,alpha=100 FedAvgM,alpha=0 FedAvg,alpha=0 FedAvgM"
     assert csv[2] == "0.1,0.75,0.84,0.25,0.6"
-    md = subprocess.run([sys.executable, "-m", "tools.hsu_table", str(tmp_path), "--format", "md"],
+    md = subprocess.run([sys.executable, "-m", "fedmpi.analysis.hsu_table", str(tmp_path), "--format", "md"],
                         capture_output=True, text=True, timeout=120)
     assert md.returncode == 0 and "| C=0.1 | 0.750 ±0.050 / 0.840 | 0.250 ±0.050 / 0.600 |" in md.stdout
     # equal eta_eff = 0.1: FedAvg at lr 0.1 (seeds 0.90, 0.50) against FedAvgM beta 0.9 at lr 0.01
@@ -98,15 +98,15 @@ def test_table_best_lr_per_cell_averaged_over_seeds(tmp_path):
 
 def test_lr_figure_and_errors(tmp_path):
     fake_sweep(tmp_path, ACCURACIES)
-    out = subprocess.run([sys.executable, "-m", "tools.hsu_lr", str(tmp_path), "--fig", str(tmp_path / "lr.png")],
+    out = subprocess.run([sys.executable, "-m", "fedmpi.analysis.hsu_lr", str(tmp_path), "--fig", str(tmp_path / "lr.png")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "lr.png").stat().st_size > 10_000
-    from tools.hsu_lr import curves
+    from fedmpi.analysis.hsu_lr import curves
     lines = curves(load_results(tmp_path))[(1, 0.1, 100.0)]
     assert lines[0.0] == [(0.01, 0.75), (0.1, 0.7)]
     assert lines[0.97] == [(pytest.approx(0.01 / 0.03), 0.84)]   # eta_eff = eta / (1 - beta)
     (tmp_path / "empty").mkdir()
-    bad = subprocess.run([sys.executable, "-m", "tools.hsu_table", str(tmp_path / "empty")], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "fedmpi.analysis.hsu_table", str(tmp_path / "empty")], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "no sweep index here" in bad.stderr

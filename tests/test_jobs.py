@@ -15,7 +15,7 @@ import pytest
 from fedmpi.config import load_config
 from jobs.placement import allocation, expand_tasks_per_node, hosts_per_rank, place
 from jobs.site import load_site
-from jobs.sweeps import plan
+from jobs.sweep_plans import plan
 from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

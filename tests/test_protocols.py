@@ -161,8 +161,8 @@ def test_unreadable_image_names_its_file(tmp_path):
 
 
 def test_relative_draws_each_benchmark_by_its_paper_metric():
-    from tools.runs import Run
-    from tools.relative import relative_results
+    from fedmpi.analysis.run_log import Run
+    from fedmpi.analysis.relative import relative_results
 
     def run(algorithm, values):
         cfg = {"model": {"backbone": "ir18", "head": "arcface"}, "fed": {"K": 100}, "parties": [{}, {}, {}]}

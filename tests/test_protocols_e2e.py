@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 CONFIG = {
     "parties": [{"name": "ms1m", "ranks": 1,
@@ -50,7 +50,7 @@ def parse_table(text: str) -> dict:
 
 
 def test_run_logs_the_benchmarks_and_training_lifts_them(trained_run, capsys):
-    from tools.summary import main as summary
+    from fedmpi.analysis.summary import main as summary
 
     folder, stdout, table, sets, _ = trained_run
     assert '["lfw", "ijbc", "megaface"]' == sets

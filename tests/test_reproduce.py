@@ -16,7 +16,7 @@ from fedmpi.store.h5log import LogReader
 from jobs.executor import layout_of
 from jobs.fedface_study import SCALES, study
 from jobs.site import ROOT
-from mpirun import mpi_env
+from jobs.mpirun import mpi_env
 
 SECTIONS = ("## The study", "## Table 1", "## Fig. 4", "## Fig. 5", "## Fig. 6", "## Bad party",
             "## The paper's claims")
@@ -152,7 +152,7 @@ def test_resume_runs_again_what_an_earlier_session_did_not_complete(tiny):
 
 
 def test_claims_in_a_setting_run_with_several_seeds_are_paired_on_the_seed():
-    from tools.fedface_claims import claims_table, paired_gaps, seed_noise
+    from fedmpi.analysis.fedface_claims import claims_table, paired_gaps, seed_noise
 
     def entry(setting, method, values):
         return {"setting": setting, "method": method, "sets": ["lfw", "cplfw"], "values": values}

@@ -3,7 +3,7 @@ layout each write a readable HDF5 log whose losses fall."""
 import numpy as np
 
 from fedmpi.store.h5log import LogReader
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 TINY = ["data.image_size=16", "data.workers=0", "data.val_pairs_per_fold=4", "model.width=0.125",
         "model.embedding_size=32", "model.scale=16.0", "optim.batch_size=8", "optim.epochs=1",

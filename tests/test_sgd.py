@@ -1,9 +1,9 @@
-"""fedmpi.sgd.MomentumSGD is bitwise torch.optim.SGD (momentum, weight decay, lr changed between steps, a
+"""fedmpi.models.sgd.MomentumSGD is bitwise torch.optim.SGD (momentum, weight decay, lr changed between steps, a
 parameter without a gradient) and their state_dicts load into each other."""
 import pytest
 import torch
 
-from fedmpi.sgd import MomentumSGD
+from fedmpi.models.sgd import MomentumSGD
 
 
 def make_params(dtype):

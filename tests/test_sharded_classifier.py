@@ -8,7 +8,7 @@ checks it follows the replicated-classifier run step for step.
 """
 import pytest
 
-from mpirun import mpirun
+from jobs.mpirun import mpirun
 
 SCRIPT = "tests/mpi_scripts/classifier_equivalence.py"
 

@@ -17,29 +17,13 @@ from pathlib import Path
 
 import torch
 
-from fedmpi.config import ConfigError, config_from_yaml
-from fedmpi.store.checkpoint import SERVER_PART, ResumeError, read_part, resolve_checkpoint
+from fedmpi.config import ConfigError
+from fedmpi.protocols.backbone_file import BackboneFileError, load_global_backbone
+from fedmpi.store.checkpoint import ResumeError
 
 
 class ExportError(RuntimeError):
     pass
-
-
-def load_global_backbone(checkpoint: str | Path) -> tuple[torch.nn.Module, object, Path]:
-    """(backbone holding Θ in float32, eval mode; the run's config; the checkpoint folder used)."""
-    from fedmpi.roles.context import BackboneState, build_backbone
-
-    folder = resolve_checkpoint(Path(checkpoint))
-    saved = read_part(folder / SERVER_PART, ("theta", "config"))
-    cfg = config_from_yaml(saved["config"], where=f"{folder / SERVER_PART}: config")
-    backbone = build_backbone(cfg, torch.device("cpu"), torch.float32)
-    state = BackboneState(backbone)
-    theta = saved["theta"]
-    if theta.numel() != state.numel:
-        raise ExportError(f"{folder / SERVER_PART}: theta has {theta.numel()} values, the {cfg.model.backbone} "
-                          f"of its config has {state.numel}")
-    state.write(theta.to(torch.float32))
-    return backbone.eval(), cfg, folder
 
 
 def _replace_atomically(out: Path, write) -> None:
@@ -81,7 +65,7 @@ def main(argv=None) -> int:
     try:
         backbone, cfg, folder = load_global_backbone(args.checkpoint)
         export_state_dict(backbone, Path(args.out))
-    except (ResumeError, ConfigError, ExportError) as exc:
+    except (ResumeError, ConfigError, BackboneFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     m = cfg.model

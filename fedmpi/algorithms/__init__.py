@@ -7,18 +7,6 @@ from fedmpi.algorithms.registry import RULES, method_key, rule
 _LAZY = {"Algorithm": "base", "LocalRound": "base", "views": "base", "ServerOptimizer": "server_optim"}
 
 
-def build_algorithm(cfg):
-    """The rule a (validated) config names, with its options and server optimizer."""
-    from fedmpi.algorithms.server_optim import ServerOptimizer
-    from fedmpi.config import algorithm_options
-
-    cls = rule(cfg.fed.algorithm)
-    s = cfg.fed.server
-    server = ServerOptimizer.build(s.resolved(cfg), s.lr, momentum=s.momentum, nesterov=s.nesterov,
-                                   beta1=s.beta1, beta2=s.beta2, tau=s.tau)
-    return cls.from_config(cfg, algorithm_options(cfg), server)
-
-
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
@@ -27,4 +15,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'fedmpi.algorithms' has no attribute {name!r}")
 
 
-__all__ = ["Algorithm", "LocalRound", "RULES", "ServerOptimizer", "build_algorithm", "method_key", "rule", "views"]
+__all__ = ["Algorithm", "LocalRound", "RULES", "ServerOptimizer", "method_key", "rule", "views"]

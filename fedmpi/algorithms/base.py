@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import torch
 
+from fedmpi.aggregation.aggregators import WeightedMean
 from fedmpi.algorithms.server_optim import ServerOptimizer
 
 
@@ -57,6 +58,7 @@ class Algorithm:
     down: ClassVar[tuple[str, ...]] = ()
     client_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that follow a client across rounds
     global_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that on_global rebuilds from Θ
+    aggregator: ClassVar[type] = WeightedMean        # how the server combines the uploads (fedmpi/aggregation)
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):

@@ -19,7 +19,7 @@ from fedmpi import comm
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.roles.exchange import round_statistics
-from fedmpi.topology import SERVER
+from fedmpi.comm.topology import SERVER
 
 
 def _assignment(r: int) -> str:
@@ -37,6 +37,7 @@ class ClientExchange:
     FV cannot run on it). `up_numel`: the size of [theta | up payloads]; `store`: the clients' states (None for
     a rule whose clients are stateless). With a `log`, each round's sampled clients go to its /clients table."""
     rows = None
+    gives_uploads = False
 
     def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, up_numel: int, log=None,
                  store: ClientStore | None = None):

@@ -26,6 +26,7 @@ class ClientSideWork:
     """What the loop calls as side work: no FV (fixed weighting), the test accuracy evaluations."""
     fv = None
     fv_iterations = 0
+    uploads_kept = 0
 
     def __init__(self, setting, log, progress_holder, stream=sys.stdout):
         self.setting, self.log, self.holder, self.stream = setting, log, progress_holder, stream

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from fedmpi.algorithms import build_algorithm
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.exchange import TrainerSide
 from fedmpi.crossdevice.local_training import LocalTrainer

@@ -1,4 +1,5 @@
-"""ArcFace and CosFace margins on cosine logits, and `build_classifier`, the one entry point for the classifier.
+"""ArcFace and CosFace margins on cosine logits, and the checks and logits both classifiers share
+(`classifier.build_classifier` is the one entry point for the classifier).
 
 Both heads work on cos θ between an L2-normalised embedding and an L2-normalised class centre; only the target
 logit of each sample changes, then all logits are multiplied by the scale s:
@@ -16,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 DEFAULT_MARGIN = {"arcface": 0.5, "cosface": 0.35}
-MODES = ("auto", "replicated", "sharded")
 
 
 class ArcFaceMargin:
@@ -69,40 +69,6 @@ def margin_logits(cos: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, hea
     """s·cos with the margin applied at the (rows[i], cols[i]) target entries (out of place, differentiable)."""
     with_margin = cos.index_put((rows, cols), head.target(cos[rows, cols]))
     return with_margin * head.scale
-
-
-def build_classifier(num_classes: int, embedding_size: int, kind: str = "arcface", scale: float = 64.0,
-                     margin: float | None = None, group=None, mode: str = "auto", sample_rate: float = 1.0,
-                     seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """The party's margin classifier: forward(embeddings [b, d], labels [b]) -> scalar loss.
-
-    group: the party's torch.distributed process group, or None for a single rank.
-    mode: 'auto' (sharded when the group has more than one rank, plain otherwise), 'replicated', 'sharded'.
-    sample_rate < 1: partial-FC sampled negatives (sharded/plain only).
-    The initial class centres depend only on `seed`, whatever the mode and the number of ranks.
-    """
-    from .replicated import ReplicatedClassifier
-    from .sharded import ShardedClassifier, group_size
-
-    if mode not in MODES:
-        raise ValueError(f"unknown classifier mode {mode!r}: expected one of {', '.join(MODES)}")
-    if not isinstance(num_classes, int) or num_classes <= 0:
-        raise ValueError(f"num_classes {num_classes!r} must be a positive integer")
-    if not isinstance(embedding_size, int) or embedding_size <= 0:
-        raise ValueError(f"embedding_size {embedding_size!r} must be a positive integer")
-    if not 0.0 < sample_rate <= 1.0:
-        raise ValueError(f"sample_rate {sample_rate!r} must be in (0, 1]")
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"classifier dtype {dtype} must be torch.float32 or torch.float64")
-    head = make_margin(kind, scale, margin)
-    ranks = group_size(group)
-    if mode == "replicated" and ranks > 1:
-        if sample_rate < 1.0:
-            raise ValueError("sample_rate < 1 needs the sharded classifier (mode 'sharded' or 'auto'), "
-                             "not mode 'replicated'")
-        return ReplicatedClassifier(num_classes, embedding_size, head, group, seed, dtype)
-    return ShardedClassifier(num_classes, embedding_size, head, group if ranks > 1 else None,
-                             sample_rate, seed, dtype)
 
 
 def check_batch(embeddings: torch.Tensor, labels: torch.Tensor, embedding_size: int) -> torch.Tensor:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
+from fedmpi.config import config_from_yaml
 from fedmpi.models.iresnet import STAGE_BLOCKS, STAGE_CHANNELS, iresnet
+from fedmpi.store.checkpoint import SERVER_PART, read_part, resolve_checkpoint
 
 
 class BackboneFileError(ValueError):
@@ -32,14 +34,29 @@ def architecture_of(state: dict, where: str) -> dict:
             "input_size": 16 * spatial}
 
 
+def load_global_backbone(checkpoint: str | Path) -> tuple[torch.nn.Module, object, Path]:
+    """(backbone holding Θ in float32, eval mode; the run's config; the checkpoint folder used)."""
+    from fedmpi.roles.context import BackboneState, build_backbone
+
+    folder = resolve_checkpoint(Path(checkpoint))
+    saved = read_part(folder / SERVER_PART, ("theta", "config"))
+    cfg = config_from_yaml(saved["config"], where=f"{folder / SERVER_PART}: config")
+    backbone = build_backbone(cfg, torch.device("cpu"), torch.float32)
+    state = BackboneState(backbone)
+    theta = saved["theta"]
+    if theta.numel() != state.numel:
+        raise BackboneFileError(f"{folder / SERVER_PART}: theta has {theta.numel()} values, the {cfg.model.backbone} "
+                          f"of its config has {state.numel}")
+    state.write(theta.to(torch.float32))
+    return backbone.eval(), cfg, folder
+
+
 def load_backbone(path) -> tuple[torch.nn.Module, int, str]:
     """(backbone in eval mode, float32 on the CPU; its input size; a one-line description)."""
     path = Path(path)
     if not path.exists():
         raise BackboneFileError(f"{path}: no such checkpoint, run folder or .pth file")
     if path.is_dir():
-        from tools.export import load_global_backbone
-
         backbone, cfg, folder = load_global_backbone(path)
         return backbone, cfg.data.image_size, f"{folder} ({cfg.model.backbone}, width {cfg.model.width})"
     try:

@@ -54,7 +54,7 @@ def pool_templates(features: torch.Tensor, templates, media, template_ids=None, 
 
 def score_pairs(features, first, second, batch_bytes: int = SCORE_BATCH_BYTES) -> np.ndarray:
     """Cosine (float64) of rows first[i], second[i] of L2-normalised features; at most `batch_bytes` gathered.
-    (numpy's take + einsum: several times faster than torch's indexing on CPU, tools/bench_protocols.py.)"""
+    (numpy's take + einsum: several times faster than torch's indexing on CPU, bench/protocols.py.)"""
     features = features.numpy() if isinstance(features, torch.Tensor) else np.asarray(features)
     first, second = np.asarray(first), np.asarray(second)
     batch = max(1, batch_bytes // (2 * features.shape[1] * features.itemsize))

@@ -8,7 +8,7 @@ import torch
 
 from fedmpi import comm
 from fedmpi.config import Config
-from fedmpi.topology import SERVER, Layout
+from fedmpi.comm.topology import SERVER, Layout
 
 
 @dataclass

@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
-from fedmpi.aggregation import PartyRows
+from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.algorithms.base import views
 from fedmpi.roles.context import BackboneState, Context
-from fedmpi.topology import SERVER, Party
+from fedmpi.comm.topology import SERVER, Party
 
 
 class Payloads:
@@ -34,15 +34,17 @@ class Payloads:
 
 
 class SiloExchange:
-    """The server's side: every party's leader uploads each round (the silo setting)."""
+    """The server's side: every party's leader uploads each round (the silo setting). `kept`: how many earlier
+    rounds' rows stay untouched while the next gather lands (what the side work declares it reads)."""
 
     participation = 1.0
+    gives_uploads = True
 
-    def __init__(self, ctx: Context, up_numel: int, down_numel: int, buffers: int = 1):
+    def __init__(self, ctx: Context, up_numel: int, down_numel: int, kept: int = 0):
         self.ctx = ctx
         P = len(ctx.layout.parties)
         self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device, lead=1)
-                         for _ in range(buffers)]
+                         for _ in range(1 + kept)]
         self._next = 0
         self._latest: PartyRows | None = None
         self._work = None

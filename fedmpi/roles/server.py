@@ -10,8 +10,12 @@ import numpy as np
 import torch
 
 from fedmpi import comm
-from fedmpi.algorithms import build_algorithm, method_key
+from fedmpi.aggregation.aggregators import check_exchange
+from fedmpi.aggregation.server_step import ServerStep
+from fedmpi.algorithms import method_key
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import to_yaml
+from fedmpi.fv import fv_runs
 from fedmpi.roles import signals
 from fedmpi.roles.benchmarks import log_columns as benchmark_columns
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
@@ -43,7 +47,7 @@ class Server:
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
                           parties=self.parties, data=data_description,
                           val_sets=list(cfg.data.val_sets),
-                          fv_candidates=cfg.fv.T if cfg.fv.enabled else 0, resume_round=resume_round,
+                          fv_candidates=cfg.fv.T if fv_runs(cfg) else 0, resume_round=resume_round,
                           config_changes=config_changes, eval_columns=benchmark_columns(cfg),
                           extra_tables=setting.log_tables if setting is not None else None)
         if setting is not None:
@@ -51,7 +55,11 @@ class Server:
         else:
             self.side = SideWork(ctx, self.log, self.parties, initial_weights(cfg, ctx.layout))
             self.exchange = exchange or SiloExchange(ctx, self.mean.flat.numel(), self.down.flat.numel(),
-                                                     buffers=2 if cfg.fv.enabled else 1)
+                                                     kept=self.side.uploads_kept)
+        self.aggregator = self.algorithm.aggregator()
+        check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
+        self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
+                               self.state.n_trainable)
         self.progress = Progress(cfg.rounds, self.parties)
         self.w = self.side.weighting.for_round(-1, None)
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
@@ -70,11 +78,7 @@ class Server:
                 exchange.wait()
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-                if self.algorithm.server_averages:                             # Θ = Σ w_i θ_i (eq. 4)
-                    exchange.weighted_mean(self.w, self.down.flat)
-                else:                                                          # mean = Σ w_i u_i, server step
-                    exchange.weighted_mean(self.w, self.mean.flat)
-                    self.aggregate()
+                self.step(exchange, self.w, exchange.participation)           # aggregate, server update
                 exchange.send(self.down.flat)
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
@@ -85,14 +89,6 @@ class Server:
                 return signals.EXIT_PREEMPTED
         self.finish()
         return 0
-
-    def aggregate(self) -> None:
-        """The rule's server step on the trainable prefix; BN statistics and frozen parameters: the average."""
-        n = self.state.n_trainable
-        mean = {"theta": self.mean.trainable, **self.mean.extra}
-        self.algorithm.server_update(self.down.trainable, mean, self.algo_state,
-                                     participation=self.exchange.participation)
-        self.theta[n:].copy_(self.mean.theta[n:])
 
     def record(self, r: int, stats: list, round_time: float, wall_time: float) -> None:
         cfg = self.ctx.cfg

@@ -1,6 +1,6 @@
 """What the server does beside training, called from its round loop while a round's uploads travel:
 held-out evaluations that are due (roles/evaluation.py, with the large-scale benchmarks of eval.sets,
-roles/benchmarks.py) and FV iterations (roles/federated_validation.py).
+roles/benchmarks.py) and FV iterations (fv/weighting.py).
 The validators (and a hosted Validator with its validation sets) exist only when one of the two is on.
 
 How many FV iterations a round gets:
@@ -21,13 +21,14 @@ from typing import Callable
 
 import torch
 
-from fedmpi.control import Backoff
+from fedmpi.comm.control import Backoff
 from fedmpi.roles.benchmarks import Benchmarks
 from fedmpi.roles.context import Context
 from fedmpi.roles.evaluation import Evaluation
-from fedmpi.roles.federated_validation import FederatedValidation
-from fedmpi.roles.validator import needs_validation_sets
-from fedmpi.roles.validator_client import ValidatorPool
+from fedmpi.fv import fv_runs
+from fedmpi.fv.weighting import FederatedValidation
+from fedmpi.fv.validator import needs_validation_sets
+from fedmpi.fv.validator_client import ValidatorPool
 
 
 class FixedWeighting:
@@ -48,7 +49,7 @@ class SideWork:
         self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
                            if cfg.eval.every > 0 else None)
         self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())
-                   if cfg.fv.enabled else None)
+                   if fv_runs(cfg) else None)
         self.weighting = self.fv or FixedWeighting(initial_w)
 
     def work_until(self, complete: Callable[[], bool], r: int) -> None:
@@ -67,6 +68,12 @@ class SideWork:
         backoff = Backoff()
         while not complete() and self._has_work():
             backoff.after(self._step(r))
+
+    @property
+    def uploads_kept(self) -> int:
+        """How many earlier rounds' uploads the side work still reads while the next round's land: FV searches
+        over the previous round's θ_i (in place, no copy) while the next gather fills another buffer."""
+        return 0 if self.fv is None else 1
 
     def _has_work(self) -> bool:
         return (self.evaluation is not None and self.evaluation.busy) or (self.fv is not None and self.fv.ready)

@@ -8,16 +8,17 @@ import time
 import torch
 
 from fedmpi import comm
-from fedmpi.algorithms import LocalRound, build_algorithm, views
+from fedmpi.algorithms import LocalRound, views
+from fedmpi.algorithms.build import build_algorithm
 from fedmpi.roles import signals
 from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
 from fedmpi.roles.exchange import Payloads, receive_global, report, send_local
 from fedmpi.roles.party_gradients import PartyGradients
 from fedmpi.roles.precision import Precision
-from fedmpi.sgd import MomentumSGD
+from fedmpi.models.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
-from fedmpi.topology import Party
+from fedmpi.comm.topology import Party
 
 
 class LossNotFinite(SystemExit):
@@ -85,7 +86,7 @@ class Trainer:
         return self.backbone, PartyGradients(self.state.trainable, group)
 
     def _build_classifier(self):
-        from fedmpi.models.heads import build_classifier
+        from fedmpi.models.classifier import build_classifier
 
         m, cfg = self.ctx.cfg.model, self.ctx.cfg
         return build_classifier(self.dataset.num_classes, m.embedding_size, kind=m.head, scale=m.scale,

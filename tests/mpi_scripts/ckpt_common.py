@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mpirun import ROOT, mpi_env, mpirun, mpirun_binary
+from jobs.mpirun import ROOT, mpi_env, mpirun, mpirun_binary
 
 WORLD = 4
 ROUNDS = 6

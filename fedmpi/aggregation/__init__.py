@@ -1,0 +1,1 @@
+"""Aggregating a round's uploads into the global update."""

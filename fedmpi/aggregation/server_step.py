@@ -1,0 +1,28 @@
+"""The server's step of a round, in place on the global payload: the aggregator combines the uploads with the
+round's weights, then the rule's server update moves Θ's trainable prefix (frozen parameters and BN statistics
+take the combination itself). The round loop (`Server`) calls it once per round; the one-process references of
+the tests call the same code."""
+from __future__ import annotations
+
+import torch
+
+from fedmpi.aggregation.aggregators import Aggregator
+
+
+class ServerStep:
+    """`down`, `mean`: the Payloads of the global payload [Θ | down payloads] and of the combination
+    [θ | up payloads]; `state`: the rule's server state (init_server_state's)."""
+
+    def __init__(self, algorithm, aggregator: Aggregator, down, mean, state: dict, n_trainable: int):
+        self.algorithm, self.aggregator = algorithm, aggregator
+        self.down, self.mean, self.state, self.n = down, mean, state, n_trainable
+
+    def __call__(self, uploads, w: torch.Tensor, participation: float = 1.0) -> None:
+        if self.algorithm.server_averages:
+            # Θ is the combination itself (eq. 4): formed straight into the global payload
+            self.aggregator(uploads, w, self.down.flat)
+            return
+        self.aggregator(uploads, w, self.mean.flat)
+        self.algorithm.server_update(self.down.trainable, {"theta": self.mean.trainable, **self.mean.extra},
+                                     self.state, participation=participation)
+        self.down.theta[self.n:].copy_(self.mean.theta[self.n:])

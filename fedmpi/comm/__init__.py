@@ -1,0 +1,228 @@
+"""MPI + torch.distributed set-up: rendezvous through MPI, device pinning, process groups, flat buffers.
+
+Control messages (round numbers, weightings, scores, stop/abort) use mpi4py, with a deadline (`fedmpi.comm.control`,
+re-exported here: receive, gather, bcast, barrier, allreduce_max); tensors use
+torch.distributed (NCCL when CUDA is present, gloo otherwise). The rendezvous address is chosen by rank 0
+and broadcast over MPI, never read from a hand-set MASTER_ADDR.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from fedmpi.comm.control import (CommFailure, CommTimeout, allreduce_max, barrier, bcast, gather,  # noqa: F401
+                            receive)
+
+_STATE: dict = {"device": torch.device("cpu"), "backend": None, "timeout_s": 600.0}
+
+
+def mpi_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def local_rank(comm=None) -> int:
+    """Rank among the processes on this node (MPI shared-memory split)."""
+    from mpi4py import MPI
+
+    comm = comm or mpi_comm()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    rank = node.Get_rank()
+    node.Free()
+    return rank
+
+
+def _free_port(host: str = "") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def mpi_interface() -> str | None:
+    """The network interface Open MPI was told to use (one name in OMPI_MCA_btl_tcp_if_include), if any."""
+    names = os.environ.get("OMPI_MCA_btl_tcp_if_include", "").split(",")
+    return names[0] if len(names) == 1 and names[0] and "/" not in names[0] else None
+
+
+def use_mpi_interface() -> None:
+    """gloo and NCCL open their sockets on MPI's interface when one is known (unless told otherwise): torch's
+    rendezvous store and gloo have no authentication, so they should not face other networks."""
+    interface = mpi_interface()
+    if interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+
+
+RENDEZVOUS_TIMEOUT_S = 300.0  # every rank joining the TCP store: slow imports on a busy node are no hang
+
+
+def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0, comm=None) -> str:
+    """Initialise torch.distributed over all MPI ranks; pin each rank to its local GPU when CUDA is present.
+
+    backend: None/'auto' picks nccl with CUDA, gloo without. Returns the backend used. `timeout_s` bounds every
+    collective of the groups made by `new_group`; the world group (used by nothing after the rendezvous) gets
+    the rendezvous' own, longer, timeout.
+    """
+    comm = comm or mpi_comm()
+    if dist.is_initialized():
+        return _STATE["backend"]
+    if backend in (None, "auto"):
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend nccl requested but CUDA is not available on this rank")
+        gpu = local_rank(comm) % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)
+        _STATE["device"] = torch.device("cuda", gpu)
+    else:
+        _STATE["device"] = torch.device("cpu")
+    use_mpi_interface()
+    if comm.Get_rank() == 0:
+        host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
+        address = (host, _free_port())
+    else:
+        address = None
+    host, port = comm.bcast(address, root=0)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{host}:{port}",
+        world_size=comm.Get_size(),
+        rank=comm.Get_rank(),
+        timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
+        device_id=_STATE["device"] if backend == "nccl" else None,
+    )
+    _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
+    return backend
+
+
+def device() -> torch.device:
+    return _STATE["device"]
+
+
+def backend() -> str | None:
+    return _STATE["backend"]
+
+
+def new_group(ranks: Sequence[int]):
+    """A torch.distributed group over the given world ranks, with the run's collective timeout (set by
+    `init_torch_distributed`). Every rank must call this, in the same order."""
+    return dist.new_group(ranks=sorted(ranks), timeout=datetime.timedelta(seconds=collective_timeout_s()))
+
+
+def collective_timeout_s() -> float:
+    return _STATE["timeout_s"]
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- flat buffers
+
+
+def state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Parameters, then floating-point buffers (BN running stats) — what a backbone's state is made of.
+
+    Integer buffers (num_batches_tracked) are left out: they are counters, not averaged state.
+    """
+    params = [p for p in module.parameters()]
+    buffers = [b for b in module.buffers() if b.is_floating_point()]
+    return params + buffers
+
+
+def flatten(tensors: Iterable[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Copy tensors into one contiguous 1-D buffer (allocated when `out` is None)."""
+    tensors = list(tensors)
+    total = sum(t.numel() for t in tensors)
+    if out is None:
+        out = torch.empty(total, dtype=tensors[0].dtype, device=tensors[0].device)
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        out[offset:offset + n].copy_(t.detach().reshape(-1))
+        offset += n
+    return out
+
+
+def unflatten_into(flat: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
+    """Copy a flat buffer back into the given tensors (in place, same order as `flatten`)."""
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+
+@contextlib.contextmanager
+def naming_failures(what: str):
+    """Around torch.distributed calls (and calls that make them): a failure or a timeout of the backend becomes
+    one line that says what was going on (`what`, e.g. the round or the group and its ranks); nested uses add
+    to the line from the outside in: 'round 4: gather of theta_i over group leaders (ranks 0, 1, 3): ...'."""
+    try:
+        yield
+    except CommTimeout as exc:
+        raise CommTimeout(f"{what}: {exc}") from None
+    except RuntimeError as exc:  # gloo and NCCL failures (DistBackendError is one)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "timed out" in first.lower() or "timeout" in first.lower():
+            raise CommTimeout(f"{what}: no answer within run.collective_timeout_s={collective_timeout_s():g} s "
+                              f"({first})") from None
+        raise CommFailure(f"{what}: {first}") from None
+
+
+def group_label(name: str, group) -> str:
+    """'group NAME (ranks 0, 1, 3)' for messages."""
+    return f"group {name} (ranks {', '.join(str(r) for r in dist.get_process_group_ranks(group))})"
+
+
+# ---------------------------------------------------------------- failure discipline
+
+
+SECONDARY_GRACE_S = 3.0
+OUTPUT_GRACE_S = 0.5
+
+
+def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[], None] | None = None) -> int:
+    """Run one rank's work; any exception prints `rank R (role): message` and aborts the whole MPI job
+    (`on_failure` runs first, after the message: it undoes what a failed start left behind)."""
+    comm = mpi_comm()
+    try:
+        code = fn()
+        return int(code or 0)
+    except SystemExit as exc:  # a deliberate exit with a message (e.g. a config error found on one rank)
+        if exc.code in (0, None):
+            return 0
+        message = exc.code if isinstance(exc.code, str) else f"exit status {exc.code}"
+        _abort(comm, role, message, on_failure)
+    except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
+        if os.environ.get("FEDMPI_TRACEBACK"):
+            traceback.print_exc()
+        if isinstance(exc, CommFailure):  # most often the echo of another rank's failure: let that one speak
+            time.sleep(SECONDARY_GRACE_S)  # first; the job usually ends before this line is printed at all
+        _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
+    return 1
+
+
+def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None = None) -> None:
+    sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE_S)  # mpirun forwards the line before the abort tears the job down
+    if on_failure is not None:
+        try:
+            on_failure()
+        except Exception:  # noqa: BLE001 - the abort below matters more than a clean-up
+            pass
+    comm.Abort(1)

@@ -1,0 +1,235 @@
+"""The sections of the run configuration (fedmpi.config.Config): dataclasses whose defaults are the paper's
+(FedFace Sec. 4.2), each with the validation of its own fields beside them (`validate(cfg, fail)`; `fail(path,
+message)` raises the ConfigError). fedmpi.config builds them from YAML and overrides; import them from there.
+This file: data, model, optimizer, FV, evaluation, log, checkpoint, run; the rule's sections (fed, fed.server,
+fed.options) are in fed.py, the cross-device clients in clients.py."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataSpec:
+    """Where one party's training images come from."""
+    kind: str = "synthetic"          # synthetic | rec | folder
+    path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
+    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
+    identities: int = 500            # synthetic only
+    images_per_identity: int = 20    # synthetic only
+    split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
+    split_count: int = 1
+    shuffle_labels: bool = False     # permute the labels over the images (useless data; FV behaviour tests)
+    dirichlet_clients: int = 0       # > 0: this party is one client of a Dirichlet partition (Hsu et al.) ...
+    dirichlet_client: int = 0        # ... of the dataset into this many clients: client index
+    dirichlet_alpha: float = 1.0     # concentration; 0 = one class per client
+    dirichlet_seed: int = 0
+
+    def validate(self, fail, where: str) -> None:
+        if self.kind == "synthetic":
+            if self.identities <= 0:
+                fail(f"{where}.identities", f"an empty party: must be > 0, got {self.identities}")
+            if self.images_per_identity <= 0:
+                fail(f"{where}.images_per_identity", f"an empty party: must be > 0, got {self.images_per_identity}")
+        elif not self.path:
+            fail(f"{where}.path", f"kind {self.kind} needs a path")
+        if self.split_count <= 0 or not 0 <= self.split_index < self.split_count:
+            fail(f"{where}.split_index", f"must be in 0..split_count-1 (split_count={self.split_count})")
+        if self.dirichlet_clients < 0 or (self.dirichlet_clients
+                                          and not 0 <= self.dirichlet_client < self.dirichlet_clients):
+            fail(f"{where}.dirichlet_client", f"must be in 0..dirichlet_clients-1 "
+                                              f"(dirichlet_clients={self.dirichlet_clients})")
+        if self.dirichlet_alpha < 0:
+            fail(f"{where}.dirichlet_alpha", f"must be >= 0, got {self.dirichlet_alpha}")
+        if self.kind == "synthetic" and self.identities < self.split_count:
+            fail(f"{where}.identities", f"an empty party: {self.identities} identities cannot be split "
+                                        f"into {self.split_count} parts")
+
+
+@dataclass
+class PartyConfig:
+    name: str = ""
+    ranks: int = 1
+    data: DataSpec = field(default_factory=DataSpec)
+
+    def validate(self, cfg: "Config", fail, i: int) -> None:
+        where = f"parties.{self.name or i}"
+        if not self.name:
+            fail(f"parties[{i}].name", "every party needs a name")
+        if [p.name for p in cfg.parties].count(self.name) > 1:
+            fail(f"{where}.name", "party names must be unique")
+        if self.ranks <= 0:
+            fail(f"{where}.ranks", f"must be > 0, got {self.ranks}")
+        self.data.validate(fail, f"{where}.data")
+
+
+def _three_parties() -> list[PartyConfig]:
+    return [PartyConfig("ms1m", 8, DataSpec(style="ms1m")),
+            PartyConfig("ga", 4, DataSpec(style="ga")),
+            PartyConfig("vgg", 4, DataSpec(style="vgg"))]
+
+
+@dataclass
+class DataConfig:
+    root: str = "data"               # synthetic sets are generated here
+    image_size: int = 112
+    workers: int = 2                 # DataLoader workers per trainer rank
+    seed: int = 0
+    skip_bad: bool = False
+    val_sets: list[str] = field(default_factory=lambda: ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"])
+    val_kind: str = "synthetic"      # synthetic | bin
+    val_path: str = ""
+    val_pairs_per_fold: int = 100
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if not self.image_size > 0:
+            fail("data.image_size", f"must be > 0, got {self.image_size}")
+        if self.image_size % 16:
+            fail("data.image_size", f"must be a multiple of 16 (the backbone downsamples by 16), got {self.image_size}")
+        if self.workers < 0:
+            fail("data.workers", f"must be >= 0, got {self.workers}")
+        if self.val_pairs_per_fold <= 0:
+            fail("data.val_pairs_per_fold", f"must be > 0, got {self.val_pairs_per_fold}")
+
+
+@dataclass
+class ModelConfig:
+    backbone: str = "ir18"           # ir18 | ir34 | ir50 | ir100
+    embedding_size: int = 512
+    width: float = 1.0               # channel multiplier (small CPU runs)
+    dropout: float = 0.0
+    head: str = "arcface"            # arcface | cosface
+    scale: float = 64.0
+    margin: float | None = None      # None: 0.5 for ArcFace, 0.35 for CosFace
+    classifier: str = "auto"         # auto | replicated | sharded
+    sample_rate: float = 1.0         # partial-FC negative sampling
+
+    def validate(self, cfg: "Config", fail) -> None:
+        for key in ("embedding_size", "width", "scale"):
+            if not getattr(self, key) > 0:
+                fail(f"model.{key}", f"must be > 0, got {getattr(self, key)}")
+        if not 0 < self.sample_rate <= 1:
+            fail("model.sample_rate", f"must be in (0, 1], got {self.sample_rate}")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 0.1
+    momentum: float = 0.9            # beta: classifier (eq. 1-2), PFM's global momentum (eq. 3, 6)
+    weight_decay: float = 5e-4
+    batch_size: int = 64             # per trainer rank
+    epochs: int = 26
+    steps_per_epoch: int = 12800
+    milestones: list[int] = field(default_factory=lambda: [10, 18, 24])  # epochs; lr x gamma at each
+    gamma: float = 0.1
+    amp: str = "none"                # none | bf16 | fp16 (GPU runs)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        for key in ("lr", "batch_size", "epochs", "steps_per_epoch"):
+            if not getattr(self, key) > 0:
+                fail(f"optim.{key}", f"must be > 0, got {getattr(self, key)}")
+        if not 0 <= self.momentum < 1:
+            fail("optim.momentum", f"must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            fail("optim.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        K = cfg.fed.K
+        if K > 0 and cfg.total_steps % K:
+            fail("fed.K", f"epochs x steps_per_epoch = {cfg.total_steps} is not a whole number of rounds of K={K}")
+        for i, m in enumerate(self.milestones):
+            if not 0 < m <= self.epochs:
+                fail(f"optim.milestones[{i}]", f"epoch {m} is outside 1..{self.epochs}")
+            step = m * self.steps_per_epoch
+            if K > 0 and step % K:
+                fail(f"optim.milestones[{i}]", f"epoch {m} ends at step {step}, not on a round boundary of K={K} "
+                                               "(the learning rate must be constant within a round)")
+        if sorted(self.milestones) != list(self.milestones):
+            fail("optim.milestones", "must be increasing")
+
+
+@dataclass
+class FVConfig:
+    enabled: bool = False
+    T: int = 3
+    phi: float = 0.01
+    gamma: float = 0.01
+    eps: float = 0.001
+    norm: str = "local"              # local | moving
+    folds: str = "first"             # first | second: which 5 folds FV uses; evaluation uses the others
+    placement: str = "server"        # server | dedicated
+    validators: int = 1              # dedicated validator ranks
+    iterations_per_round: int = 0    # > 0: deterministic mode, exactly this many FV iterations per round
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if self.enabled and cfg.fed.setting != "federated":
+            fail("fv.enabled", f"FV searches weightings over parties; fed.setting={cfg.fed.setting} has a single party")
+        for key in ("T", "validators"):
+            if getattr(self, key) <= 0:
+                fail(f"fv.{key}", f"must be > 0, got {getattr(self, key)}")
+        for key in ("phi", "gamma"):
+            if not 0 <= getattr(self, key) <= 1:
+                fail(f"fv.{key}", f"must be in [0, 1], got {getattr(self, key)}")
+        if self.eps <= 0:
+            fail("fv.eps", f"must be > 0, got {self.eps}")
+        if self.iterations_per_round < 0:
+            fail("fv.iterations_per_round", f"must be >= 0, got {self.iterations_per_round}")
+
+
+@dataclass
+class BenchmarkSets:
+    """Large-scale benchmarks evaluated with the pair sets (fedmpi.roles.benchmarks): a release root, or
+    'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
+    ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
+    ijbc: str = ""                   # IJB-C root
+    megaface: str = ""               # MegaFace test pack root (facescrub_lst, megaface_lst, ...)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        for name, root in dataclasses.asdict(self).items():
+            if root and cfg.eval.every == 0:
+                fail(f"eval.sets.{name}", "is evaluated with the held-out evaluation; eval.every=0 means no "
+                     "evaluation (set eval.every > 0)")
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0                   # evaluate the global model every N rounds and after the last (0: never)
+    batch_size: int = 128
+    sets: BenchmarkSets = field(default_factory=BenchmarkSets)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if self.every < 0:
+            fail("eval.every", f"must be >= 0 (0: no evaluation), got {self.every}")
+        self.sets.validate(cfg, fail)
+
+
+@dataclass
+class LogConfig:
+    dir: str = "runs"
+    name: str = ""                   # run folder under dir; empty: <method key>-<timestamp> (pfm-..., centralized-...)
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0                   # checkpoint every N rounds and after the last (0: only when preempted)
+    keep: int = 2                    # complete checkpoints kept (older ones are pruned)
+    dir: str = ""                    # empty: <run folder>/ckpt
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if self.every < 0:
+            fail("checkpoint.every", f"must be >= 0 (0: only when preempted), got {self.every}")
+        if self.keep < 1:
+            fail("checkpoint.keep", f"must be >= 1, got {self.keep}")
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    device: str = "auto"             # auto | cpu | cuda
+    dtype: str = "float32"           # float32 | float64 (float64 for equivalence tests)
+    deterministic: bool = False
+    save_final: str = ""             # write the final global backbone (flat, .pt) here
+    collective_timeout_s: float = 600.0
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if not self.collective_timeout_s >= 10:
+            fail("run.collective_timeout_s", f"must be >= 10 s (a collective that times out aborts the run), "
+                                             f"got {self.collective_timeout_s}")

@@ -1,0 +1,134 @@
+"""The server's client for the validators: post a backbone to every validator (hosted in this process or on
+dedicated ranks, protocol in fv/validator.py) and advance their replies one small step at a time, so that
+the round loop can look after the exchange in between."""
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+import torch.distributed as dist
+
+from fedmpi import comm
+from fedmpi.comm.control import Backoff
+from fedmpi.roles.context import Context
+from fedmpi.fv.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
+
+
+class Request:
+    """One backbone sent to every validator; the replies of all sets gathered as they come in."""
+
+    def __init__(self, word: str, flat: torch.Tensor, val_sets: list[str]):
+        self.word, self.flat, self.val_sets = word, flat, val_sets
+        self.replies: dict = {}
+
+    @property
+    def done(self) -> bool:
+        return len(self.replies) == len(self.val_sets)
+
+    def result(self) -> dict:
+        return {name: self.replies[name] for name in self.val_sets}
+
+
+class HostedEndpoint:
+    """Sets hosted on the server itself: each progress() step computes one set of the oldest request."""
+
+    def __init__(self, validator: Validator):
+        self.validator = validator
+        self.names = validator.names
+        self._queue: deque[tuple[Request, str]] = deque()
+        self._loaded: Request | None = None
+
+    def post(self, request: Request) -> None:
+        self._queue.extend((request, name) for name in self.names)
+
+    def progress(self) -> bool:
+        if not self._queue:
+            return False
+        request, name = self._queue.popleft()
+        if self._loaded is not request:
+            self.validator.load(request.flat)
+            self._loaded = request
+        if request.word == SCORE:
+            request.replies[name] = self.validator.score_set(name)
+        else:
+            request.replies[name] = self.validator.evaluate_set(name)
+        return True
+
+    def stop(self) -> None:
+        self._queue.clear()
+
+
+class RemoteEndpoint:
+    """A dedicated validator rank: requests go out as control word + backbone, replies come back over MPI."""
+
+    def __init__(self, ctx: Context, rank: int, names: list[str]):
+        self.ctx, self.rank, self.names = ctx, rank, list(names)
+        self._queue: deque[tuple[Request, object]] = deque()
+
+    def post(self, request: Request) -> None:
+        comm.mpi_comm().send(request.word, dest=self.rank, tag=TAG_CONTROL)
+        # the request keeps its backbone unchanged until the reply is in; the send has completed by then
+        self._queue.append((request, dist.isend(request.flat, dst=self.rank, group=self.ctx.groups.validators)))
+
+    def progress(self) -> bool:
+        mpi = comm.mpi_comm()
+        if not self._queue or not mpi.Iprobe(source=self.rank, tag=TAG_REPLY):
+            return False
+        reply = mpi.recv(source=self.rank, tag=TAG_REPLY)
+        request, send = self._queue.popleft()
+        send.wait()
+        missing = set(self.names) - set(reply)
+        if missing:
+            raise RuntimeError(f"validator rank {self.rank}: reply lacks sets {sorted(missing)}")
+        request.replies.update({name: reply[name] for name in self.names})
+        return True
+
+    def stop(self) -> None:
+        while self._queue:  # collect what is still on its way, so no message is left unreceived
+            reply = comm.receive(self.rank, TAG_REPLY, what="validator reply", timeout_s=comm.collective_timeout_s())
+            request, send = self._queue.popleft()
+            send.wait()
+            request.replies.update(reply)
+        comm.mpi_comm().send(STOP, dest=self.rank, tag=TAG_CONTROL)
+
+
+class ValidatorPool:
+    """The server's view of every validator: post a backbone to all, advance the replies a step at a time."""
+
+    def __init__(self, endpoints: list, val_sets: list[str]):
+        # dedicated ranks first: they start on a request while the server works on its hosted sets
+        self.endpoints = sorted(endpoints, key=lambda e: isinstance(e, HostedEndpoint))
+        self.val_sets = list(val_sets)
+
+    @classmethod
+    def build(cls, ctx: Context) -> "ValidatorPool":
+        cfg = ctx.cfg
+        val_sets = list(cfg.data.val_sets)
+        if ctx.layout.validators:
+            groups = assign_sets(val_sets, len(ctx.layout.validators))
+            endpoints = [RemoteEndpoint(ctx, rank, names) for rank, names in zip(ctx.layout.validators, groups)]
+        else:
+            endpoints = [HostedEndpoint(Validator(cfg, val_sets, ctx.device, ctx.dtype))]
+        return cls(endpoints, val_sets)
+
+    def post(self, word: str, flat: torch.Tensor) -> Request:
+        request = Request(word, flat, self.val_sets)
+        for endpoint in self.endpoints:
+            endpoint.post(request)
+        return request
+
+    def progress(self) -> bool:
+        """One step on every validator (a reply received, or one hosted set computed); False if none moved."""
+        moved = False
+        for endpoint in self.endpoints:
+            moved = endpoint.progress() or moved
+        return moved
+
+    def wait(self, requests: list[Request]) -> None:
+        backoff = Backoff()
+        while not all(r.done for r in requests):
+            backoff.after(self.progress())
+
+    def stop(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.stop()

@@ -1,0 +1,32 @@
+"""The tree's imports, read with ast (tests/import_graph.py): no circles, no arrow against LAYERS."""
+from import_graph import LAYERS, circles, import_graph, source_files, upward_arrows
+
+
+def test_no_import_circles():
+    assert circles(import_graph(source_files())) == []
+
+
+def test_no_upward_imports():
+    assert upward_arrows(import_graph(source_files())) == []
+
+
+def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
+    """The checks above can fail: a circle through a function-local import and a package's __init__, and the
+    library importing a user command, are both found in a made-up tree."""
+    import import_graph as graph
+
+    (tmp_path / "fedmpi" / "config").mkdir(parents=True)
+    (tmp_path / "fedmpi" / "rules").mkdir()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "fedmpi" / "__init__.py").write_text("")
+    (tmp_path / "fedmpi" / "config" / "__init__.py").write_text("from fedmpi.rules.registry import RULES\n")
+    (tmp_path / "fedmpi" / "rules" / "__init__.py").write_text("def build():\n    from fedmpi.config import X\n")
+    (tmp_path / "fedmpi" / "rules" / "registry.py").write_text("RULES = {}\n")
+    (tmp_path / "fedmpi" / "export_user.py").write_text("from tools.export import main\n")
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "export.py").write_text("from fedmpi import config\n")
+    monkeypatch.setattr(graph, "ROOT", tmp_path)
+    found = graph.import_graph(graph.source_files())
+    assert graph.circles(found) == [["fedmpi.config", "fedmpi.rules"]]
+    assert graph.upward_arrows(found) == [("fedmpi.export_user", "tools.export")]
+    assert LAYERS["fedmpi"] == ()
