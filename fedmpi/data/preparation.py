@@ -52,7 +52,7 @@ def assign(tasks: list[Task], ranks: int) -> list[list[Task]]:
     return plan
 
 
-def run_task(task: Task, cfg, layout, staging: Path) -> None:
+def run_task(task: Task, cfg, layout, staging: Path | None) -> None:
     if task.kind == "party":
         p, s = task.where
         prepare_training_set(layout.parties[p].specs[s], cfg.data)
@@ -77,7 +77,7 @@ def generate_missing(cfg, layout, mpi, validation: bool) -> None:
     if not any(shares):
         return
     for task in shares[rank]:
-        run_task(task, cfg, layout, Path(staging))
+        run_task(task, cfg, layout, None if staging is None else Path(staging))
     control.barrier(what="generation of the synthetic sets", timeout_s=None, comm=mpi)
     if rank == 0 and staging is not None:
         assemble_pair_sets(cfg.data, Path(staging))
