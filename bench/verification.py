@@ -14,12 +14,9 @@ Prints time per 10-fold evaluation (best of --repeats), mean accuracy, and the s
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
 
 from fedmpi.metrics.embed import pair_scores
 from fedmpi.metrics.verification import (INSIGHTFACE_COSINE_GRID, fold_slices, fv_accuracy,

@@ -42,6 +42,7 @@ def method(name: str, fv: bool = False, setting: str = "federated") -> list[str]
 
 # the paper's methods (Fig. 4, Table 1) as overrides, by the keys of fedmpi/analysis/methods.py
 METHODS = {key: method(rule_name, fv=fv, setting=setting) for key, (rule_name, setting, fv) in FEDFACE_METHODS.items()}
+SOLO = method(FEDFACE_METHODS["centralized"][0], setting="solo")   # Table 1's solo runs: the baseline rule alone
 
 TABLE1_MODELS = {"ir18-arcface": "a", "ir18-cosface": "d", "ir34-arcface": "e"}
 NORMS = ("local", "moving")
@@ -70,7 +71,7 @@ def table1() -> list[RunSpec]:
         config, base = SETTINGS[setting]
         for party in _party_names(config):
             runs.append(RunSpec(f"{model}-solo-{party}", config,
-                                tuple(base + method(BASELINE, setting="solo") + [f"fed.solo_party={party}"]),
+                                tuple(base + SOLO + [f"fed.solo_party={party}"]),
                                 {"model": model, "method": "solo", "party": party}))
         for m in TABLE1_METHODS:
             runs.append(RunSpec(f"{model}-{m}", config, tuple(base + METHODS[m]), {"model": model, "method": m}))

@@ -1,4 +1,4 @@
-"""The analysis tools (tools/summary, table1, relative, weights, curves) on a sweep of run logs.
+"""The analysis tools (fedmpi/analysis/summary, table1, relative, weights, curves) on a sweep of run logs.
 
 The logs are written with the project's RunLog writer (the format the server writes), with the shapes a
 3-party CPU run produces: per-round losses per party, throughput, FV iterations (candidates, scores, chosen,
@@ -505,7 +505,7 @@ def test_tools_read_a_log_while_the_run_writes_it(tmp_path, capsys):
 
 
 def run_tool(module: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"tools.{module}", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", f"fedmpi.analysis.{module}", *map(str, args)], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
 
 
@@ -538,11 +538,11 @@ def test_bad_input_gives_one_line_and_status_2(sweep, tmp_path, capsys, args, me
 
 @pytest.mark.parametrize("module", ["summary", "table1", "relative", "weights", "curves"])
 def test_every_command_has_help(module, capsys):
-    main = __import__(f"tools.{module}", fromlist=["main"]).main
+    main = __import__(f"fedmpi.analysis.{module}", fromlist=["main"]).main
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
     assert exit_info.value.code == 0
-    assert f"python -m tools.{module}" in capsys.readouterr().out
+    assert f"python -m fedmpi.analysis.{module}" in capsys.readouterr().out
 
 
 def test_ema_is_initialised_with_the_first_value_and_skips_gaps():
