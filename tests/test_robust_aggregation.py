@@ -161,8 +161,13 @@ def test_krum_distances_survive_nearly_equal_float32_models():
      "much a party counts; set fv.enabled=false"),
 ])
 def test_a_layout_a_rule_cannot_serve_is_refused_in_one_line(overrides, message):
+    assert_refused(["fv.enabled=false", *overrides], message)
+
+
+def assert_refused(overrides, message):
+    """The config refuses the overrides with one line that starts with `message`."""
     with pytest.raises(ConfigError) as e:
-        load_config(overrides=["fv.enabled=false", *overrides])
+        load_config(overrides=overrides)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 

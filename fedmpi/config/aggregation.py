@@ -4,6 +4,7 @@ against the layout here, so that a federation that cannot satisfy a rule is refu
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from fedmpi.aggregation.registry import aggregator_class
@@ -49,16 +50,41 @@ class DPConfig:
             if not sigma_b > self.noise_multiplier / 2:
                 fail("fed.dp.count_noise", f"adaptive clipping needs count_noise > noise_multiplier / 2 "
                                            f"(Andrew et al. 2021): {sigma_b:g} <= {self.noise_multiplier / 2:g}")
+        if self.target_epsilon > 0 and self.rounds_within(cfg.planned_rounds) == 0:
+            from fedmpi.aggregation.accounting import epsilon
+
+            fail("fed.dp.target_epsilon", f"{self.target_epsilon:g} is spent before the first round ends "
+                                          f"(epsilon {epsilon(1, self.noise_multiplier, self.delta):.3g} "
+                                          f"after 1 round at delta {self.delta:g})")
+
+
+    def rounds_within(self, planned: int) -> int:
+        """The most rounds, up to `planned`, whose ε stays within target_epsilon (all of them without a target)."""
+        if not (self.enabled and self.target_epsilon > 0):
+            return planned
+        return rounds_within_budget(planned, self.noise_multiplier, self.delta, self.target_epsilon)
+
+
+@functools.lru_cache(maxsize=16)
+def rounds_within_budget(planned: int, z: float, delta: float, target: float) -> int:
+    from fedmpi.aggregation.accounting import epsilon
+
+    low, high = 0, planned          # ε(low) <= target; ε grows with the rounds: bisect for the last one within
+    while low < high:
+        mid = (low + high + 1) // 2
+        if epsilon(mid, z, delta) <= target:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def refusal(cfg, rule) -> str:
     """Why DP-FedAvg cannot protect this run, or ''."""
-    from fedmpi.fv import fv_runs
-
     if cfg.cross_device:
         return ("DP in the cross-device setting needs per-client clipping on the trainer ranks, which is not "
                 "built yet: use the silo setting")
-    if fv_runs(cfg):
+    if cfg.fv.enabled:
         return ("Federated Validation scores every party's unclipped, un-noised theta_i on the validators, "
                 "which is what DP protects: set fv.enabled=false")
     if rule.up:
@@ -88,9 +114,7 @@ def validate_aggregation(cfg, fail) -> dict:
         if cfg.cross_device:
             fail("fed.aggregation.rule", f"{name} looks at every upload; the cross-device setting sums the "
                                          f"clients' uploads on the trainer ranks, so only mean is built for it")
-        from fedmpi.fv import fv_runs
-
-        if fv_runs(cfg):
+        if cfg.fv.enabled:
             fail("fed.aggregation.rule", f"{name} with Federated Validation: FV's weights and {name} would each "
                                          f"decide how much a party counts; set fv.enabled=false")
     options.validate(uploads(cfg), fail)
@@ -112,6 +136,9 @@ def build_aggregator(cfg, algorithm, reference, parties: int):
 
 
 def _rule_class(cfg):
-    from fedmpi.config.fed import algorithm_class
+    from fedmpi.algorithms.registry import rule
 
-    return algorithm_class(cfg)
+    try:
+        return rule(cfg.fed.algorithm)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
