@@ -23,7 +23,7 @@ DELTAS = torch.tensor([[3.0, 4.0, 0.0, 0.0],      # norm 5: clipped to C = 1
 def mechanism(**options):
     opts = DPConfig(enabled=True, **{"clip": 1.0, "noise_multiplier": 0.7, "seed": 5, **options})
     ref = REF.clone()
-    return GaussianMean(opts, ref, parties=3), ref
+    return GaussianMean(opts, ref, count=3), ref
 
 
 def combine(dp, w):
@@ -57,7 +57,7 @@ def test_the_noise_has_the_stated_standard_deviation():
     n = 200_000
     opts = DPConfig(enabled=True, clip=2.0, noise_multiplier=1.5, seed=0)
     ref = torch.zeros(n, dtype=torch.float64)
-    dp = GaussianMean(opts, ref, parties=4)
+    dp = GaussianMean(opts, ref, count=4)
     out = torch.empty(n, dtype=torch.float64)
     dp(SimpleNamespace(rows=torch.zeros(4, n, dtype=torch.float64)), torch.full((4,), 0.25, dtype=torch.float64), out)
     assert out.std().item() == pytest.approx(1.5 * 2.0 * 0.25, rel=0.01)

@@ -164,10 +164,11 @@ def test_a_layout_a_rule_cannot_serve_is_refused_in_one_line(overrides, message)
     assert_refused(["fv.enabled=false", *overrides], message)
 
 
-def assert_refused(overrides, message):
-    """The config refuses the overrides with one line that starts with `message`."""
+def assert_refused(overrides, message, config=None):
+    """The config (the default one, or the file `config`) refuses the overrides with one line that starts with
+    `message`."""
     with pytest.raises(ConfigError) as e:
-        load_config(overrides=overrides)
+        load_config(config, overrides=overrides)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from fedmpi.aggregation.registry import aggregator_class
 from fedmpi.config.build import build_section
+from fedmpi.config.clients import clients_per_round
 from fedmpi.config.errors import ConfigError
 
 
@@ -50,29 +51,45 @@ class DPConfig:
             if not sigma_b > self.noise_multiplier / 2:
                 fail("fed.dp.count_noise", f"adaptive clipping needs count_noise > noise_multiplier / 2 "
                                            f"(Andrew et al. 2021): {sigma_b:g} <= {self.noise_multiplier / 2:g}")
-        if self.target_epsilon > 0 and self.rounds_within(cfg.planned_rounds) == 0:
+        if self.target_epsilon > 0 and self.rounds_within(cfg.planned_rounds, sampling_rate(cfg)) == 0:
             from fedmpi.aggregation.accounting import epsilon
 
+            first = epsilon(1, self.noise_multiplier, self.delta, sampling_rate(cfg))
             fail("fed.dp.target_epsilon", f"{self.target_epsilon:g} is spent before the first round ends "
-                                          f"(epsilon {epsilon(1, self.noise_multiplier, self.delta):.3g} "
+                                          f"(epsilon {first:.3g} "
                                           f"after 1 round at delta {self.delta:g})")
 
 
-    def rounds_within(self, planned: int) -> int:
+    def rounds_within(self, planned: int, sampling_rate: float = 1.0) -> int:
         """The most rounds, up to `planned`, whose ε stays within target_epsilon (all of them without a target)."""
         if not (self.enabled and self.target_epsilon > 0):
             return planned
-        return rounds_within_budget(planned, self.noise_multiplier, self.delta, self.target_epsilon)
+        return rounds_within_budget(planned, self.noise_multiplier, self.delta, self.target_epsilon, sampling_rate)
+
+
+def sampling_rate(cfg) -> float:
+    """q of the accountant: the share of the clients sampled each round (cross-device), 1 for the silo parties."""
+    if not cfg.cross_device:
+        return 1.0
+    population = cfg.clients.population
+    return clients_per_round(population, cfg.clients.fraction if population > 1 else 1.0) / population
+
+
+def uploads(cfg) -> int:
+    """How many uploads the server combines per round: the parties of the silo layout, or the clients sampled."""
+    if cfg.cross_device:
+        return round(sampling_rate(cfg) * cfg.clients.population)
+    return len(cfg.parties) if cfg.fed.setting == "federated" else 1
 
 
 @functools.lru_cache(maxsize=16)
-def rounds_within_budget(planned: int, z: float, delta: float, target: float) -> int:
+def rounds_within_budget(planned: int, z: float, delta: float, target: float, q: float) -> int:
     from fedmpi.aggregation.accounting import epsilon
 
     low, high = 0, planned          # ε(low) <= target; ε grows with the rounds: bisect for the last one within
     while low < high:
         mid = (low + high + 1) // 2
-        if epsilon(mid, z, delta) <= target:
+        if epsilon(mid, z, delta, q) <= target:
             low = mid
         else:
             high = mid - 1
@@ -81,9 +98,9 @@ def rounds_within_budget(planned: int, z: float, delta: float, target: float) ->
 
 def refusal(cfg, rule) -> str:
     """Why DP-FedAvg cannot protect this run, or ''."""
-    if cfg.cross_device:
-        return ("DP in the cross-device setting needs per-client clipping on the trainer ranks, which is not "
-                "built yet: use the silo setting")
+    if cfg.cross_device and cfg.fed.dp.adaptive:
+        return ("adaptive clipping in the cross-device setting needs the trainer ranks to count their unclipped "
+                "clients, which is not built: set fed.dp.adaptive=false")
     if cfg.fv.enabled:
         return ("Federated Validation scores every party's unclipped, un-noised theta_i on the validators, "
                 "which is what DP protects: set fv.enabled=false")
@@ -94,11 +111,6 @@ def refusal(cfg, rule) -> str:
         return (f"fed.aggregation.rule={cfg.fed.aggregation['rule']}: the Gaussian mechanism's sensitivity "
                 f"is that of the weighted mean: use rule mean")
     return ""
-
-
-def uploads(cfg) -> int:
-    """How many uploads the server combines per round: the parties of the silo layout."""
-    return len(cfg.parties) if cfg.fed.setting == "federated" else 1
 
 
 def validate_aggregation(cfg, fail) -> dict:
@@ -121,12 +133,13 @@ def validate_aggregation(cfg, fail) -> dict:
     return {"rule": name, **dataclasses.asdict(options)}
 
 
-def build_aggregator(cfg, algorithm, reference, parties: int):
+def build_aggregator(cfg, algorithm, reference):
     """The server's aggregator: fed.dp's Gaussian mean, the rule named by fed.aggregation, or the rule's own."""
-    from fedmpi.aggregation.dp import GaussianMean
+    from fedmpi.aggregation.dp import ClientGaussianMean, GaussianMean
 
     if cfg.fed.dp.enabled:
-        return GaussianMean(cfg.fed.dp, reference, parties)
+        kind = ClientGaussianMean if cfg.cross_device else GaussianMean
+        return kind(cfg.fed.dp, reference, uploads(cfg))
     section = dict(cfg.fed.aggregation)
     name = section.pop("rule", "mean")
     if name == "mean":

@@ -5,6 +5,7 @@ passed by its next round was planned shorter by the config (Config.rounds), on e
 from __future__ import annotations
 
 from fedmpi.aggregation.accounting import epsilon
+from fedmpi.config.aggregation import sampling_rate
 
 COLUMNS = {"round": ((), "i8"), "epsilon": ((), "f8"), "clip": ((), "f8"), "noise_std": ((), "f8"),
            "unclipped": ((), "f8")}
@@ -13,11 +14,11 @@ COLUMNS = {"round": ((), "i8"), "epsilon": ((), "f8"), "clip": ((), "f8"), "nois
 class PrivacyReport:
     def __init__(self, cfg, mechanism):
         self.dp, self.mechanism = cfg.fed.dp, mechanism
-        self.planned, self.rounds = cfg.planned_rounds, cfg.rounds
+        self.planned, self.rounds, self.q = cfg.planned_rounds, cfg.rounds, sampling_rate(cfg)
         self.epsilon = 0.0
 
     def row(self, r: int) -> dict:
-        self.epsilon = epsilon(r + 1, self.dp.noise_multiplier, self.dp.delta)
+        self.epsilon = epsilon(r + 1, self.dp.noise_multiplier, self.dp.delta, self.q)
         return {"round": r, "epsilon": self.epsilon, **self.mechanism.last}
 
     def note(self) -> str:
@@ -26,6 +27,7 @@ class PrivacyReport:
     def summary(self) -> str:
         line = (f"  privacy: epsilon {self.epsilon:.4g} at delta {self.dp.delta:g} "
                 f"(noise multiplier {self.dp.noise_multiplier:g}, clip {self.mechanism.clip:.4g}"
+                f"{f', sampling rate {self.q:.4g}' if self.q < 1 else ''}"
                 f"{', adaptive' if self.dp.adaptive else ''})")
         if self.rounds < self.planned:
             line += (f"\n  stopped after {self.rounds} of {self.planned} planned rounds: one more would pass "

@@ -53,7 +53,7 @@ class Server:
                           config_changes=config_changes, **schema)
         self.side = setting.side_work(self)
         self.exchange = setting.exchange(self)
-        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat, len(self.parties))
+        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat)
         self.privacy = PrivacyReport(cfg, self.aggregator) if cfg.fed.dp.enabled else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
