@@ -48,7 +48,6 @@ class GaussianMean(Aggregator):
                   else options.noise_multiplier)
         self.generator = torch.Generator().manual_seed(options.seed)
         self.work = torch.empty_like(reference)
-        self.rounds = 0
         self.last = {"clip": self.clip, "noise_std": 0.0, "unclipped": float("nan")}
 
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -66,7 +65,6 @@ class GaussianMean(Aggregator):
         self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
         if self.options.adaptive:
             self.adapt(norms)
-        self.rounds += 1
         return out
 
     def adapt(self, norms: torch.Tensor) -> None:
@@ -77,13 +75,11 @@ class GaussianMean(Aggregator):
         self.clip *= math.exp(-o.clip_lr * (unclipped - o.target_quantile))
 
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state(), "clip": torch.tensor(self.clip, dtype=torch.float64),
-                "rounds": torch.tensor(self.rounds)}
+        return {"generator": self.generator.get_state(), "clip": torch.tensor(self.clip, dtype=torch.float64)}
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"].to(torch.uint8))
         self.clip = float(state["clip"])
-        self.rounds = int(state["rounds"])
 
 
 class ClientGaussianMean(GaussianMean):
@@ -97,5 +93,4 @@ class ClientGaussianMean(GaussianMean):
         std = self.z * self.clip / self.count
         out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
         self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
-        self.rounds += 1
         return out
