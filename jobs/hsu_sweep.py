@@ -33,6 +33,7 @@ class HsuGrid:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     beta: tuple[float, ...] = (0.7, 0.9, 0.97, 0.99, 0.997)     # server momentum rules' (FedAvgM); FedAvg is 0
     algorithms: tuple[str, ...] = PAPERS["hsu"]    # FedAvg, FedAvgM
+    equal_eta_eff: bool = False   # lr values are eta_eff: a server-momentum rule's client lr is eta_eff (1 - beta)
 
 
 PARSERS = {"alpha": _floats, "fraction": _floats, "epochs": _ints, "lr": _floats, "seeds": _ints, "beta": _floats,
@@ -43,12 +44,17 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("hsu grid (comma-separated values; default: the paper's)")
     for name in PARSERS:
         group.add_argument(f"--{name}", default=None, metavar="V,V,..", help=f"default {getattr(HsuGrid(), name)}")
+    group.add_argument("--equal-eta-eff", action="store_true",
+                       help="read --lr as eta_eff = eta / (1 - beta): FedAvgM runs at client lr eta_eff (1 - beta), "
+                            "so that every FedAvgM run has a FedAvg twin at the same eta_eff")
 
 
 def grid_from_args(args) -> HsuGrid | None:
     """The grid the flags ask for (None when no grid flag is given)."""
     given = {name: getattr(args, name) for name in PARSERS if getattr(args, name, None) is not None}
     if not given:
+        if getattr(args, "equal_eta_eff", False):
+            raise ValueError("--equal-eta-eff: give the grid (at least --lr) with it")
         return None
     try:
         values = {name: PARSERS[name](text) for name, text in given.items()}
@@ -60,7 +66,7 @@ def grid_from_args(args) -> HsuGrid | None:
     unknown = set(values.get("algorithms", ())) - set(RULES)
     if unknown:
         raise ValueError(f"--algorithms: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
-    return HsuGrid(**values)
+    return HsuGrid(**values, equal_eta_eff=bool(getattr(args, "equal_eta_eff", False)))
 
 
 def _server_momentum(algorithm: str) -> bool:
@@ -81,7 +87,8 @@ def hsu_runs(grid: HsuGrid | None, spec):
             for E in grid.epochs:
                 for C in grid.fraction:
                     for alpha in grid.alpha:
-                        for lr in grid.lr:
+                        for eta in grid.lr:
+                            lr = float(f"{eta * (1 - beta):.6g}") if grid.equal_eta_eff else eta
                             for seed in grid.seeds:
                                 name = (f"{algorithm}-b{_label(beta)}-E{E}-C{_label(C)}-a{_label(alpha)}-"
                                         f"lr{_label(lr)}-s{seed}")

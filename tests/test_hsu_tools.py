@@ -29,6 +29,10 @@ def test_the_paper_grid_and_its_reduction():
     assert "clients.alpha=0.0" in m.overrides and "clients.partition_seed=0" in m.overrides
     assert m.labels == {"algorithm": "fedavgm", "beta": 0.9, "epochs": 1, "fraction": 0.1, "alpha": 0.0, "lr": 0.1,
                         "seed": 0}
+    paired = plan("hsu", grid=HsuGrid(alpha=(0.0,), fraction=(0.25,), epochs=(1,), lr=(0.05,), seeds=(0,),
+                                      beta=(0.9,), equal_eta_eff=True))
+    assert [(r.labels["algorithm"], r.labels["lr"]) for r in paired] == [("fedavg", 0.05), ("fedavgm", 0.005)]
+    assert "optim.lr=0.005" in paired[1].overrides          # eta_eff 0.05 = 0.005 / (1 - 0.9)
     with pytest.raises(ValueError, match="the grid flags .* are for the hsu sweep, not fig4"):
         plan("fig4", grid=HsuGrid())
 
@@ -78,7 +82,7 @@ def test_table_best_lr_per_cell_averaged_over_seeds(tmp_path):
     e1, e5 = hsu_tables(load_results(tmp_path), "text")
     assert e1.title == "(a) Local epochs E = 1" and e5.title == "(b) Local epochs E = 5"
     assert e1.header == ["C", "α=100", "α=0"]
-    assert e1.rows == [["C=0.4", "- / -", "0.400 / -"], ["C=0.1", "0.750 / 0.840", "0.250 / 0.600"]]
+    assert e1.rows == [["C=0.4", "- / -", "0.400 / -"], ["C=0.1", "0.750 ±0.050 / 0.840", "0.250 ±0.050 / 0.600"]]
     assert "FedAvg C=0.1 α=100: lr 0.01" in e1.footnotes[1]
     assert "FedAvgM C=0.1 α=100: lr 0.01, β 0.97" in e1.footnotes[1]
     assert e5.rows == [["C=0.1", "0.810 / -"]]       # the same two algorithms in every panel
@@ -87,7 +91,9 @@ def test_table_best_lr_per_cell_averaged_over_seeds(tmp_path):
     assert csv[2] == "0.1,0.75,0.84,0.25,0.6"
     md = subprocess.run([sys.executable, "-m", "fedmpi.analysis.hsu_table", str(tmp_path), "--format", "md"],
                         capture_output=True, text=True, timeout=120)
-    assert md.returncode == 0 and "| C=0.1 | 0.750 / 0.840 | 0.250 / 0.600 |" in md.stdout
+    assert md.returncode == 0 and "| C=0.1 | 0.750 ±0.050 / 0.840 | 0.250 ±0.050 / 0.600 |" in md.stdout
+    # equal eta_eff = 0.1: FedAvg at lr 0.1 (seeds 0.90, 0.50) against FedAvgM beta 0.9 at lr 0.01
+    assert "| η_eff=0.1 (β=0.9) | 0.700 ±0.200 / 0.820 | - / 0.600 |" in md.stdout
 
 
 def test_lr_figure_and_errors(tmp_path):

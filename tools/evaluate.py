@@ -2,7 +2,9 @@
 
 The large-scale benchmarks of a trained backbone, post hoc: IJB-B / IJB-C 1:1 template verification
 (TAR at FAR 1e-6 ... 1e-1) and MegaFace rank-1 identification at 10^1 ... 10^6 distractors with TAR at
-FAR = 1e-6 on insightface's refined lists. Prints the table papers print and writes OUT/<benchmark>.h5
+FAR = 1e-6 on insightface's refined lists. Every choice follows insightface's evaluation code by default; the
+--no-detection-score, --normalize-images, --tar-reading strict and --drop-noisy-distractors flags name the
+others, and each report names the choices it was computed with. Prints the table papers print and writes OUT/<benchmark>.h5
 (metrics, counts, ROC) and OUT/<benchmark>_roc.png.
 
 CHECKPOINT_OR_PTH: a checkpoint folder (or a run / ckpt folder: its newest complete checkpoint) or an
@@ -20,6 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fedmpi.metrics.roc import TAR_READINGS
 from fedmpi.protocols import BENCHMARKS
 
 
@@ -33,9 +36,16 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=0, help="image decoding/alignment worker processes")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--detection-weighting", action="store_true",
-                        help="IJB: weight each image feature by its detection score")
+    parser.add_argument("--no-detection-score", action="store_true",
+                        help="IJB: do not weight image features by their detection score (insightface does)")
+    parser.add_argument("--normalize-images", action="store_true",
+                        help="IJB: L2-normalise each image feature before pooling (insightface keeps its norm)")
+    parser.add_argument("--tar-reading", choices=TAR_READINGS, default="insightface",
+                        help="IJB: TAR at the ROC point of nearest FPR (insightface, default) or at the lowest "
+                             "threshold with at most floor(FAR*n) false accepts (strict)")
     parser.add_argument("--no-refine", action="store_true", help="MegaFace: ignore the refined (noise) lists")
+    parser.add_argument("--drop-noisy-distractors", action="store_true",
+                        help="MegaFace: remove the listed noisy distractors (insightface keeps them; they never win)")
     parser.add_argument("--make-fixtures", action="store_true",
                         help="write synthetic releases at the given ROOTs first (where missing)")
     parser.add_argument("--fixture-seed", type=int, default=0)
@@ -73,7 +83,10 @@ def evaluate_sets(args, names: list[str], say=print) -> dict[str, dict[str, floa
     for name in names:
         protocol = build_protocol(name, args.sets[name], image_size, batch_size=args.batch_size,
                                   device=args.device, workers=args.workers,
-                                  detection_weighting=args.detection_weighting, refined=not args.no_refine)
+                                  detection_weighting=not args.no_detection_score,
+                                  keep_feature_norm=not args.normalize_images, tar_reading=args.tar_reading,
+                                  refined=not args.no_refine,
+                                  noisy_distractors="drop" if args.drop_noisy_distractors else "never_win")
         say(protocol.describe())
         results[name] = protocol.evaluate(backbone)
         for path in write_report(Path(args.out), name, protocol.last, description):

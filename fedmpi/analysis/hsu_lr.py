@@ -15,7 +15,7 @@ from fedmpi.analysis.hsu_results import load_results, mean_over_seeds
 def curves(results) -> dict[tuple, dict[float, list[tuple[float, float]]]]:
     """(E, C, alpha) -> beta -> [(eta_eff, mean accuracy)] sorted by eta_eff."""
     out = defaultdict(lambda: defaultdict(list))
-    for (algorithm, beta, E, C, alpha, lr), (accuracy, _) in mean_over_seeds(results).items():
+    for (algorithm, beta, E, C, alpha, lr), (accuracy, *_) in mean_over_seeds(results).items():
         out[(E, C, alpha)][beta].append((lr / (1 - beta), accuracy))
     return {panel: {b: sorted(points) for b, points in sorted(lines.items())} for panel, lines in out.items()}
 

@@ -70,9 +70,17 @@ def load_results(sweep: str | Path) -> list[Result]:
     return results
 
 
-def mean_over_seeds(results: list[Result]) -> dict[tuple, tuple[float, int]]:
-    """(algorithm, beta, epochs, fraction, alpha, lr) -> (mean accuracy over seeds, number of seeds)."""
+def mean_over_seeds(results: list[Result]) -> dict[tuple, tuple[float, int, float]]:
+    """(algorithm, beta, epochs, fraction, alpha, lr) -> (mean accuracy over seeds, number of seeds, seed spread:
+    half the range between the lowest and the highest seed's accuracy)."""
     groups = defaultdict(list)
     for r in results:
         groups[(r.algorithm, r.beta, r.epochs, r.fraction, r.alpha, r.lr)].append(r.accuracy)
-    return {key: (float(np.mean(values)), len(values)) for key, values in groups.items()}
+    return {key: (float(np.mean(values)), len(values), float(np.ptp(values)) / 2) for key, values in groups.items()}
+
+
+def cell(mean: float, seeds: int, spread: float) -> str:
+    """'0.750 ±0.050' (the seed spread, with two or more seeds), '0.750' (one seed), '-' (no run)."""
+    if mean != mean:
+        return "-"
+    return f"{mean:.3f}" + (f" ±{spread:.3f}" if seeds > 1 else "")

@@ -18,8 +18,9 @@ def _check_images(images) -> None:
 
 
 def embed_images(backbone: torch.nn.Module, images_uint8: torch.Tensor, batch_size: int = 128,
-                 device="cpu") -> torch.Tensor:
-    """[N, D] float32 on the CPU: normalize(f(x) + f(flip_w(x))), f in eval mode without gradients.
+                 device="cpu", normalize: bool = True) -> torch.Tensor:
+    """[N, D] float32 on the CPU: normalize(f(x) + f(flip_w(x))), f in eval mode without gradients; with
+    normalize=False the sum itself (its norm kept, as insightface's IJB protocol pools it).
 
     The backbone's training flag is restored afterwards; the backbone must already be on `device`.
     """
@@ -37,7 +38,8 @@ def embed_images(backbone: torch.nn.Module, images_uint8: torch.Tensor, batch_si
             for start in range(0, len(images_uint8), batch_size):
                 batch = normalize_images(images_uint8[start:start + batch_size].to(device), dtype)
                 summed = backbone(batch) + backbone(torch.flip(batch, dims=(3,)))
-                chunks.append(torch.nn.functional.normalize(summed.float(), dim=1).cpu())
+                summed = summed.float()
+                chunks.append((torch.nn.functional.normalize(summed, dim=1) if normalize else summed).cpu())
     finally:
         backbone.train(was_training)
     if not chunks:

@@ -5,8 +5,9 @@ distractors and p searches it: the search is a rank-1 hit when s(p, q) > max ove
 (a tie with a distractor counts as a miss). Rank-1 accuracy at gallery size N is the hit rate over all such
 ordered (p, q) pairs. Scores are dot products of the given (L2-normalised) features.
 
-One pass over the distractors (in chunks, bounded memory) yields, for every probe, the running maximum at each
-gallery size, and the highest probe-distractor scores kept for TAR@FAR (fedmpi.metrics.roc.threshold_at_far).
+One pass over the distractors (in chunks, bounded memory) yields, for every probe, the maximum over each gallery
+(nested prefixes, or any subsets such as the MegaFace devkit's lists), and the highest probe-distractor scores of
+the largest gallery kept for TAR@FAR (fedmpi.metrics.roc.threshold_at_far).
 """
 from __future__ import annotations
 
@@ -35,26 +36,40 @@ def same_identity_pairs(labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scan_distractors(probes: torch.Tensor, distractors: torch.Tensor, sizes: Sequence[int], keep_top: int = 0,
-                     chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(max score of each probe over the first N distractors for each N in `sizes` [len(sizes), P],
-    the `keep_top` highest probe-distractor scores over all distractors, descending). A chunk of distractors
-    is scored at a time: by default as many as make 2^26 scores (256 MB in float32)."""
+                     chunk: int | None = None, galleries: Sequence[np.ndarray] | None = None,
+                     never_win: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max score of each probe over each gallery [len(sizes), P], the `keep_top` highest probe-distractor
+    scores over the largest gallery, descending). Gallery k is the first sizes[k] distractors, or, when
+    `galleries` is given, the distractors at indices galleries[k] (sizes[k] of them). A distractor marked in
+    `never_win` stays in its galleries with score -inf (insightface's way with MegaFace's noisy distractors).
+    A chunk of distractors is scored at a time: by default as many as make 2^26 scores (256 MB in float32)."""
     chunk = chunk or max(1, (1 << 26) // max(1, len(probes)))
     sizes = [int(n) for n in sizes]
-    if sorted(sizes) != sizes or not sizes or sizes[0] < 1 or sizes[-1] > len(distractors):
-        raise ValueError(f"gallery sizes must be increasing within 1..{len(distractors)}, got {sizes}")
-    running = torch.full((len(probes),), -torch.inf, dtype=probes.dtype)
-    maxima = torch.empty(len(sizes), len(probes), dtype=probes.dtype)
+    if galleries is None:
+        if sorted(sizes) != sizes or not sizes or sizes[0] < 1 or sizes[-1] > len(distractors):
+            raise ValueError(f"gallery sizes must be increasing within 1..{len(distractors)}, got {sizes}")
+        members = np.arange(sizes[-1])[None, :] < np.array(sizes)[:, None]
+    else:
+        members = np.zeros((len(galleries), len(distractors)), bool)
+        for k, index in enumerate(galleries):
+            members[k, np.asarray(index)] = True
+    members = torch.from_numpy(members)
+    barred = None if never_win is None else torch.from_numpy(np.asarray(never_win, bool))
+    maxima = torch.full((len(sizes), len(probes)), -torch.inf, dtype=probes.dtype)
     top = torch.empty(0, dtype=probes.dtype)
-    boundaries = sorted(set(sizes) | set(range(0, sizes[-1], chunk)) | {sizes[-1]})
-    for start, stop in zip(boundaries[:-1], boundaries[1:]):
+    for start in range(0, members.shape[1], chunk):
+        stop = min(start + chunk, members.shape[1])
         block = probes @ distractors[start:stop].T
-        running = torch.maximum(running, block.max(dim=1).values)
-        for k, n in enumerate(sizes):
-            if n == stop:
-                maxima[k] = running
+        if barred is not None:
+            block[:, barred[start:stop]] = -torch.inf
+        for k in range(len(sizes)):
+            inside = members[k, start:stop]
+            if inside.all():
+                maxima[k] = torch.maximum(maxima[k], block.max(dim=1).values)
+            elif inside.any():
+                maxima[k] = torch.maximum(maxima[k], block[:, inside].max(dim=1).values)
         if keep_top:
-            top = torch.cat([top, block.reshape(-1)])
+            top = torch.cat([top, block[:, members[-1, start:stop]].reshape(-1)])
             top = torch.topk(top, min(keep_top, len(top))).values
     return maxima, top
 

@@ -1,8 +1,13 @@
-"""True accept rate at a given false accept rate, read off the empirical ROC of pair scores.
+"""True accept rate at a given false accept rate, read off the empirical ROC of pair scores. Two readings:
 
-Same convention as verification.py: a pair is accepted ("same") when score > threshold.
+"insightface" (what insightface's IJB evaluation prints, the default of the IJB protocols): the ROC points of
+scikit-learn's `roc_curve` (one point per distinct score, a pair accepted when score >= it, collinear points
+dropped: `drop_intermediate`), then for each target FAR the point whose FPR is nearest the target (it may lie
+above it); among points at that distance the last one, i.e. the highest TPR at equal FPR. No interpolation.
+`roc_points` and `nearest_points` compute it in numpy (scikit-learn is not a dependency).
 
-Rule (no interpolation): the ROC is a step function; for each target FAR the operating point is the lowest
+"strict" (the project's own reading; tar_at_far): a pair is accepted ("same") when score > threshold, as in
+verification.py. The ROC is a step function; for each target FAR the operating point is the lowest
 threshold whose false accept rate does not exceed the target, i.e. at most floor(FAR * n_negatives) negative
 pairs score above it. That threshold is the (m+1)-th highest negative score, m = floor(FAR * n_negatives)
 (-inf when m reaches n_negatives). Tied negative scores can make the achieved FAR lower than the target, never
@@ -22,6 +27,7 @@ from .verification import check_pairs
 
 # The FARs face-recognition papers tabulate for IJB-B / IJB-C (and MegaFace's 1e-6).
 PAPER_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+TAR_READINGS = ("insightface", "strict")
 
 
 def tar_key(far: float) -> str:
@@ -64,12 +70,55 @@ def threshold_at_far(top_negatives, n_negatives: int, far: float) -> float:
 def tar_at_far(scores, issame, fars: Sequence[float] = (1e-3, 1e-2)) -> dict:
     """{far: dict(tar, far (achieved), threshold)} for each target FAR in `fars`."""
     scores, issame = check_pairs(scores, issame)
+    _require_both(issame)
     negatives = np.sort(scores[~issame])[::-1]
     positives = np.sort(scores[issame])
-    if len(negatives) == 0 or len(positives) == 0:
-        raise ValueError(f"TAR@FAR needs both kinds of pairs, got {len(positives)} same and {len(negatives)} "
-                         "different")
     return operating_points(positives, negatives, len(negatives), fars)
+
+
+def roc_points(scores, issame, drop_intermediate: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds) as scikit-learn's roc_curve returns them: thresholds descending from +inf, one
+    per distinct score; with drop_intermediate, points on a straight line between their neighbours removed."""
+    scores, issame = check_pairs(scores, issame)
+    _require_both(issame)
+    order = np.argsort(scores, kind="mergesort")[::-1]
+    scores, issame = scores[order], issame[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]
+    tps = np.cumsum(issame, dtype=np.float64)[last_of_tie]
+    fps = 1.0 + last_of_tie - tps
+    thresholds = scores[last_of_tie]
+    if drop_intermediate and len(fps) > 2:
+        corners = np.flatnonzero(np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True])
+        fps, tps, thresholds = fps[corners], tps[corners], thresholds[corners]
+    fps, tps, thresholds = np.r_[0.0, fps], np.r_[0.0, tps], np.r_[np.inf, thresholds]
+    return fps / fps[-1], tps / tps[-1], thresholds
+
+
+def nearest_points(scores, issame, fars: Sequence[float]) -> dict:
+    """{far: dict(tar, far (the point's FPR), threshold (accepted when score >= it))}: insightface's reading."""
+    fpr, tpr, thresholds = roc_points(scores, issame)
+    result = {}
+    for far in fars:
+        distance = np.abs(fpr - _check_far(far))
+        index = len(distance) - 1 - int(np.argmin(distance[::-1]))   # the last of the nearest
+        result[float(far)] = {"tar": float(tpr[index]), "far": float(fpr[index]),
+                              "threshold": float(thresholds[index])}
+    return result
+
+
+def read_tar(scores, issame, fars: Sequence[float], reading: str) -> dict:
+    """tar_at_far ("strict") or nearest_points ("insightface")."""
+    if reading == "insightface":
+        return nearest_points(scores, issame, fars)
+    if reading == "strict":
+        return tar_at_far(scores, issame, fars)
+    raise ValueError(f"unknown TAR reading {reading!r}: expected one of {', '.join(TAR_READINGS)}")
+
+
+def _require_both(issame: np.ndarray) -> None:
+    if issame.all() or not issame.any():
+        raise ValueError(f"TAR@FAR needs both kinds of pairs, got {int(issame.sum())} same and "
+                         f"{int((~issame).sum())} different")
 
 
 def operating_points(positives_ascending, top_negatives, n_negatives: int, fars) -> dict:

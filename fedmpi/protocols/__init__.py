@@ -9,19 +9,26 @@ from __future__ import annotations
 BENCHMARKS = ("ijbb", "ijbc", "megaface")
 
 
+IJB_OPTIONS = ("detection_weighting", "keep_feature_norm", "tar_reading")
+MEGAFACE_OPTIONS = ("refined", "noisy_distractors")
+
+
 def build_protocol(name: str, root, image_size: int, **options):
-    """The protocol of benchmark `name` ('ijbb', 'ijbc', 'megaface') over the release at `root`."""
+    """The protocol of benchmark `name` ('ijbb', 'ijbc', 'megaface') over the release at `root`; options that
+    belong to the other benchmarks are ignored."""
     if name in ("ijbb", "ijbc"):
         from fedmpi.protocols.ijb import IJBProtocol
 
-        options.pop("refined", None)
-        return IJBProtocol(root, name, image_size, **options)
+        return IJBProtocol(root, name, image_size, **_without(options, MEGAFACE_OPTIONS))
     if name == "megaface":
         from fedmpi.protocols.megaface import MegaFaceProtocol
 
-        options.pop("detection_weighting", None)
-        return MegaFaceProtocol(root, image_size, **options)
+        return MegaFaceProtocol(root, image_size, **_without(options, IJB_OPTIONS))
     raise ValueError(f"unknown benchmark {name!r}: expected one of {', '.join(BENCHMARKS)}")
+
+
+def _without(options: dict, names) -> dict:
+    return {k: v for k, v in options.items() if k not in names}
 
 
 def metric_names(name: str) -> list[str]:

@@ -72,9 +72,10 @@ def _collate(items):
 
 
 def embed_faces(backbone: torch.nn.Module, faces: FaceImages, batch_size: int = 128, device="cpu",
-                workers: int = 0) -> torch.Tensor:
-    """float32 [N, D]: normalize(f(x) + f(flip x)) for every image, in file order."""
-    chunks = [embed_images(backbone, images, batch_size, device) for images in faces.batches(batch_size, workers)]
+                workers: int = 0, normalize: bool = True) -> torch.Tensor:
+    """float32 [N, D]: normalize(f(x) + f(flip x)) (or the bare sum) for every image, in file order."""
+    chunks = [embed_images(backbone, images, batch_size, device, normalize)
+              for images in faces.batches(batch_size, workers)]
     if not chunks:
         raise ValueError(f"{faces.folder}: no images to embed")
     return torch.cat(chunks)

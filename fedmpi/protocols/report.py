@@ -38,14 +38,15 @@ def format_table(results: dict[str, dict[str, float]]) -> str:
 
 
 def write_report(out_dir: Path, name: str, report: dict, source: str) -> list[Path]:
-    """OUT/NAME.h5 (attrs: metrics, counts, source; datasets roc/far, roc/tar, ...) and OUT/NAME_roc.png."""
+    """OUT/NAME.h5 (attrs: metrics, counts, settings (the protocol's choices: TAR reading, feature pooling,
+    noisy distractors, gallery source), source; datasets roc/far, roc/tar, ...) and OUT/NAME_roc.png."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     h5_path = out_dir / f"{name}.h5"
     tmp = h5_path.with_suffix(".h5.tmp")
     with h5py.File(tmp, "w") as f:
         f.attrs.update({"benchmark": name, "source": source, "metrics": json.dumps(report["metrics"]),
-                        "counts": json.dumps(report["counts"])})
+                        "counts": json.dumps(report["counts"]), "settings": json.dumps(report.get("settings", {}))})
         for key, value in report.get("roc", {}).items():
             f.create_dataset(f"roc/{key}", data=np.asarray(value))
         for size, value in report.get("rank1", {}).items():

@@ -3,7 +3,6 @@ gradient over its group), the party's private classifier with local momentum (eq
 the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
-
 import torch
 
 from fedmpi import comm
@@ -15,7 +14,7 @@ from fedmpi.core.state import BackboneState
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.models.backbone import build_backbone
 from fedmpi.core.payloads import Payloads
-from fedmpi.silo.exchange import receive_global, report, send_local
+from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
 from fedmpi.silo.party_gradients import PartyGradients
 from fedmpi.silo.precision import Precision
 from fedmpi.models.sgd import MomentumSGD
@@ -127,7 +126,7 @@ class Trainer:
 
     def report(self, r: int, trained, seconds: float) -> None:
         cfg = self.ctx.cfg
-        report(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
+        send_statistics(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
                              "images": cfg.fed.K * cfg.optim.batch_size, "bad_records": self.bad_records()})
 
     def bad_records(self) -> int:
