@@ -25,7 +25,7 @@ import torch
 
 def backbone_numel(name: str) -> int:
     from fedmpi.models.iresnet import iresnet
-    from fedmpi.roles.context import BackboneState
+    from fedmpi.core.state import BackboneState
 
     with torch.device("meta"):
         net = iresnet(name, embedding_size=512, input_size=112)

@@ -31,7 +31,7 @@ from fedmpi.config import load_config
 from fedmpi.crossdevice.client_data import open_client_data, to_tensor
 from fedmpi.crossdevice.local_training import LocalTrainer, client_seed
 from fedmpi.crossdevice.model import build_client_model
-from fedmpi.roles.context import BackboneState
+from fedmpi.core.state import BackboneState
 from fedmpi.store.h5log import LogReader
 
 CONFIG = "configs/hsu_cifar10.yaml"

@@ -42,7 +42,8 @@ def main() -> int:
     central = run(args.out, f"central-{args.K}", args.K, args.rounds,
                   ["fed.setting=centralized", f"fed.algorithm={BASELINE}"])
     from fedmpi.config import load_config
-    from fedmpi.roles.context import BackboneState, build_backbone
+    from fedmpi.core.state import BackboneState
+    from fedmpi.models.backbone import build_backbone
     import torch
     cfg = load_config("configs/demo_cpu.yaml")
     B = BackboneState(build_backbone(cfg, torch.device("cpu"), torch.float32)).nbytes()

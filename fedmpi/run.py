@@ -14,7 +14,7 @@ from typing import Callable
 
 from fedmpi.comm import control
 from fedmpi.config import ConfigError, load_config, to_yaml
-from fedmpi.roles import signals
+from fedmpi.core import signals
 from fedmpi.comm.topology import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
@@ -144,10 +144,9 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - no rank may be left waiting for one that failed here
         abort_launch(mpi, exc)
 
-    role = layout.role(rank).split(":")[0]
 
     def work() -> int:
-        from fedmpi.roles.context import build_context
+        from fedmpi.core.context import build_context
         from fedmpi.fv.validator import needs_validation_sets, prepare_validation_data
 
         description = prepare_data(cfg, layout) if rank == SERVER else None
@@ -160,14 +159,8 @@ def main(argv=None) -> int:
         if cfg.cross_device:
             from fedmpi.crossdevice.roles import run_cross_device
             return run_cross_device(ctx, run_dir, resume)
-        if role == "server":
-            from fedmpi.roles.server import run_server
-            return run_server(ctx, run_dir, description, resume=resume)
-        if role == "validator":
-            from fedmpi.fv.validator import run_validator
-            return run_validator(ctx)
-        from fedmpi.roles.trainer import run_trainer
-        return run_trainer(ctx, run_dir, resume=resume)
+        from fedmpi.silo.roles import run_silo
+        return run_silo(ctx, run_dir, description, resume)
 
     from fedmpi import comm
 

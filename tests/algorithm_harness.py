@@ -1,7 +1,7 @@
 """Driving a rule as the roles do, on a small problem in float64, for the algorithm tests: K local steps per
 party (up payloads filled at the end), the server's own step on the uploads (ServerStep: Σ w_i of every upload
 by the default aggregator, the server update), on_global; and centralized
-momentum SGD on the union batch as the reference (DESIGN.md sec. 4). Also one tiny run of a rule through
+momentum SGD on the union batch as the reference (docs/DESIGN.md sec. 4). Also one tiny run of a rule through
 `python -m fedmpi.run` under mpirun (2 parties, gloo) with its checkpoints."""
 import copy
 
@@ -11,8 +11,8 @@ import torch
 from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import LocalRound, views
-from fedmpi.roles.context import BackboneState
-from fedmpi.roles.exchange import Payloads
+from fedmpi.core.state import BackboneState
+from fedmpi.core.payloads import Payloads
 
 WD, BETA = 5e-4, 0.9
 

@@ -16,8 +16,8 @@ from fedmpi.crossdevice.client_state import ClientStore, client_store
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.model import build_client_model
 from fedmpi.crossdevice.sampler import ClientSampler
-from fedmpi.roles.context import BackboneState
-from fedmpi.roles.exchange import Payloads
+from fedmpi.core.state import BackboneState
+from fedmpi.core.payloads import Payloads
 
 CONFIG = "configs/hsu_cifar10.yaml"
 CPU = torch.device("cpu")

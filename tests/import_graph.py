@@ -26,6 +26,16 @@ LAYERS = {
     "bench": ("fedmpi", "jobs"),
     "tests": ("fedmpi", "jobs", "tools", "bench"),
 }
+# Inside fedmpi: the neutral core and what it builds on know neither setting (silo parties, cross-device clients)
+# nor FV; the rules and the aggregators know no roles at all.
+SETTINGS = ("fedmpi.silo", "fedmpi.crossdevice", "fedmpi.fv")
+NOT_IMPORTED_BY = {
+    "fedmpi.core": SETTINGS,
+    "fedmpi.aggregation": (*SETTINGS, "fedmpi.core"),
+    "fedmpi.algorithms": (*SETTINGS, "fedmpi.core"),
+    "fedmpi.config": (*SETTINGS, "fedmpi.core", "fedmpi.aggregation"),
+    "fedmpi.store": (*SETTINGS, "fedmpi.core"),
+}
 LONG_MODULE = 250
 
 
@@ -163,6 +173,21 @@ def upward_arrows(graph: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, 
     return bad
 
 
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def inner_arrows(graph: dict[str, set[str]], rules=None) -> list[tuple[str, str]]:
+    """Imports inside fedmpi against NOT_IMPORTED_BY."""
+    rules = NOT_IMPORTED_BY if rules is None else rules
+    bad = []
+    for module, targets in sorted(graph.items()):
+        for package, forbidden in rules.items():
+            if _inside(module, package):
+                bad += [(module, t) for t in sorted(targets) if any(_inside(t, f) for f in forbidden)]
+    return bad
+
+
 def lines_per_package(files: dict[str, Path]) -> dict[str, int]:
     totals: dict[str, int] = defaultdict(int)
     for module, path in files.items():
@@ -193,7 +218,7 @@ def main() -> int:
     print(f"import circles: {len(found)}")
     for component in found:
         print("  " + " <-> ".join(component))
-    arrows = upward_arrows(graph)
+    arrows = upward_arrows(graph) + inner_arrows(graph)
     print(f"upward arrows: {len(arrows)}")
     for source, target in arrows:
         print(f"  {source} -> {target}")

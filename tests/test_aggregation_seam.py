@@ -13,8 +13,8 @@ from fedmpi.algorithms import ServerOptimizer
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.fedavgm import FedAvgM
 from fedmpi.algorithms.scaffold import Scaffold
-from fedmpi.roles.context import BackboneState
-from fedmpi.roles.exchange import Payloads
+from fedmpi.core.state import BackboneState
+from fedmpi.core.payloads import Payloads
 
 pytestmark = pytest.mark.usefixtures("float64")
 

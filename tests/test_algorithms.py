@@ -1,4 +1,4 @@
-"""The rules against the paper's equations and against centralized SGD (DESIGN.md sec. 4), as plain functions."""
+"""The rules against the paper's equations and against centralized SGD (docs/DESIGN.md sec. 4), as plain functions."""
 import pytest
 import torch
 

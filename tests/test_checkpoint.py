@@ -3,6 +3,7 @@ pruned, and a run stopped by a preemption signal and resumed ends bitwise equal 
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import re
@@ -438,3 +439,43 @@ def test_a_resume_on_another_client_partition_is_refused_unless_allowed(tmp_path
         ck.find_resume_point("auto", changed, build_layout(changed), tmp_path)
     point = ck.find_resume_point("auto", changed, build_layout(changed), tmp_path, allow_changes=True)
     assert list(point.changes) == [change.split("=")[0]] and point.round == 2
+
+
+# ---------------------------------------------------------------- checkpoints of earlier versions
+
+
+def old_layout(tree: dict) -> dict:
+    """A server part as fedmpi wrote it before issue 22: the side work's state and the exchange's (the
+    cross-device sampler) both under "validation", w always present."""
+    old = {key: value for key, value in tree.items() if key not in ("side_work", "exchange", "_attrs")}
+    exchange = tree["exchange"]
+    old["validation"] = {"fv": None, "sampler": exchange} if exchange else tree["side_work"]
+    return old
+
+
+def test_a_checkpoint_in_the_layout_before_issue_22_resumes_the_same(reference, tmp_path):
+    from fedmpi.core.server import upgrade_server_part
+
+    run = copy_run(reference, tmp_path, "old-layout", drop_after=3)
+    folder = run.ckpt / "round_000003"
+    saved = ck.read_part(folder / ck.SERVER_PART)
+    assert saved["side_work"] == {"fv": None} and saved["exchange"] == {}       # today's names
+    attrs = {k: v for k, v in saved["_attrs"].items() if k not in ("format", "version")}
+    part = ck.write_part(folder, ck.SERVER_PART, old_layout(saved), attrs, rank=0)
+    manifest = ck.read_manifest(folder)
+    manifest["parts"][ck.SERVER_PART].update(size=part.size, sha256=part.sha256)
+    (folder / ck.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    assert "validation" in ck.read_part(folder / ck.SERVER_PART) and ck.check_complete(folder)
+
+    resumed = run.launch("--resume", str(folder))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "round 4/6" in resumed.stdout and "round 3/6" not in resumed.stdout
+    assert_same_run(reference, run)
+
+    # the other shapes of the old entry: FV's search with its θ' snapshot, and the cross-device sampler
+    search, latest, sampler = {"w": [0.5, 0.5]}, torch.ones(2, 3), {"sampler": {"state": 1}, "clients": {}}
+    fv = upgrade_server_part({"theta": 1, "w": 2, "validation": {"fv": search, "latest": latest}})
+    assert fv == {"theta": 1, "w": 2, "side_work": {"fv": search, "latest": latest}, "exchange": {}}
+    clients = upgrade_server_part({"theta": 1, "w": 2, "validation": {"fv": None, "sampler": sampler}})
+    assert clients == {"theta": 1, "w": 2, "side_work": {}, "exchange": sampler}
+    assert upgrade_server_part(fv) is fv

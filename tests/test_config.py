@@ -131,3 +131,32 @@ def test_settings_combine_with_any_rule_and_old_configs_keep_their_meaning():
 def test_benchmark_sets_load_with_an_evaluation_schedule():
     cfg = load_config(overrides=["eval.every=5", "eval.sets.megaface=/data/megaface"])
     assert (cfg.eval.sets.ijbb, cfg.eval.sets.ijbc, cfg.eval.sets.megaface) == ("", "", "/data/megaface")
+
+
+def test_each_rule_runs_its_papers_local_optimizer_unless_the_config_names_one():
+    from fedmpi.algorithms.registry import RULES
+
+    momentum = {rule: load_config(None, [f"fed.algorithm={rule}"]).fed.local_momentum for rule in RULES}
+    assert momentum == {"fedavg": 0.0, "fedavgm": 0.0, "pfm": None, "fedprox": 0.0, "scaffold": 0.0,
+                        "fedadam": 0.0, "fedyogi": 0.0, "fedadagrad": 0.0, "mime_lite": None}   # None: not read
+    assert load_config(None, ["fed.algorithm=scaffold", "fed.local_momentum=0.9"]).fed.local_momentum == 0.9
+    assert load_config(None, ["fed.setting=centralized", "optim.momentum=0.8"]).fed.local_momentum == 0.8
+    shown = subprocess.run([sys.executable, "-m", "fedmpi.run", "--print-config", "fed.algorithm=scaffold"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert shown.returncode == 0 and "  local_momentum: 0.0\n" in shown.stdout
+
+
+def test_a_resume_ignores_a_key_its_rule_does_not_read(tmp_path):
+    """A checkpoint of a run that left fed.local_momentum at the earlier default 0.9: PFM does not read it, so
+    resuming with today's default (None) changes nothing; SCAFFOLD does, so the change is named."""
+    import h5py
+
+    from fedmpi.store.resume import config_changes
+
+    for rule, expected in (("pfm", {}), ("scaffold", {"fed.local_momentum": [0.9, 0.0]})):
+        saved = load_config(None, [f"fed.algorithm={rule}", "fed.local_momentum=0.9"])
+        folder = tmp_path / rule
+        folder.mkdir()
+        with h5py.File(folder / "server.h5", "w") as f:
+            f.create_dataset("config", data=to_yaml(saved))
+        assert config_changes(folder, load_config(None, [f"fed.algorithm={rule}"])) == expected

@@ -52,7 +52,7 @@ def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
         assert (theta - expected.theta).abs().max() < 1e-9, rule
         if rule == "scaffold":   # the clients' c_i, kept by the server, in its checkpoint part
             saved = read_part(tmp_path / rule / "ckpt" / round_folder_name(3) / "server.h5")
-            clients = saved["validation"]["sampler"]["clients"]
+            clients = saved["exchange"]["clients"]           # the exchange keeps the clients' states
             assert clients["ids"].tolist() == sorted(expected.store.states)
             stored = torch.stack([expected.store.states[k] for k in sorted(expected.store.states)])
             assert clients["values"].abs().max() > 1e-3

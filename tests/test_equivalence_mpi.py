@@ -1,12 +1,14 @@
-"""DESIGN.md sec. 4 invariants through fedmpi.run's main under mpirun with real process groups (gloo,
+"""docs/DESIGN.md sec. 4 invariants through fedmpi.run's main under mpirun with real process groups (gloo,
 float64): PFM K=1 with batch-proportional weights follows centralized momentum SGD on the same per-rank
 batches; FedAvg K=1 without momentum follows centralized SGD; FedAvgM with beta=0 equals FedAvg. The four runs
 are made in the session's one launch of shared runs (tests/shared_runs.py)."""
 import torch
 
 from fedmpi.config import load_config
-from fedmpi.roles.context import BackboneState, build_backbone, initial_weights
-from fedmpi.roles.trainer import batch_stream, open_party_dataset
+from fedmpi.core.state import BackboneState
+from fedmpi.models.backbone import build_backbone
+from fedmpi.silo.setting import initial_weights
+from fedmpi.silo.trainer import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
 from fedmpi.comm.topology import build_layout
 from shared_runs import data_root_of, declare

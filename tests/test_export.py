@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedmpi.models.iresnet import iresnet
-from fedmpi.roles.context import BackboneState
+from fedmpi.core.state import BackboneState
 from mpi_scripts.ckpt_common import CONFIG, reference_run
 from jobs.mpirun import ROOT
 

@@ -21,8 +21,10 @@ import torch
 from fedmpi.config import load_config
 from fedmpi.data import load_bin
 from fedmpi.metrics.evaluator import Evaluator
-from fedmpi.roles.context import BackboneState, build_backbone
-from fedmpi.roles.evaluation import evaluation_due, log_row
+from fedmpi.core.state import BackboneState
+from fedmpi.models.backbone import build_backbone
+from fedmpi.core.schedule import evaluation_due
+from fedmpi.silo.evaluation import log_row
 from fedmpi.fv.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
 from fedmpi.store.checkpoint import SERVER_PART, latest_complete, read_part
 from fedmpi.store.h5log import EVAL_METRICS, LogReader

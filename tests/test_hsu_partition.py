@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedmpi.data.hsu_partition import client_class_histogram, hsu_partition
-from fedmpi.data.partition import partition_hash
+from fedmpi.data.partition import client_class_histogram, hsu_partition, partition_hash
 
 LABELS = np.repeat(np.arange(10), 5000)  # CIFAR-10's training labels: 10 classes of 5,000
 

@@ -59,6 +59,10 @@ class Algorithm:
     client_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that follow a client across rounds
     global_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that on_global rebuilds from Θ
     aggregator: ClassVar[type] = WeightedMean        # how the server combines the uploads (fedmpi/aggregation)
+    # The local optimizer of the rule's paper: the heavy-ball momentum of its local SGD (0.0: plain SGD), what
+    # fed.local_momentum is when a config leaves it empty. None: the rule's local step carries a momentum of its
+    # own (PFM's M, MIME-lite's server momentum) and does not read fed.local_momentum.
+    local_momentum_default: ClassVar[float | None] = 0.0
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):

@@ -10,4 +10,5 @@ class FedAdagrad(FedAvg):
     label = "FedAdagrad"
     color = "#843c39"
     server_optimizer = "adagrad"
+    local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True

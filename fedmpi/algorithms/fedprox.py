@@ -26,6 +26,7 @@ class FedProx(FedAvg):
     label = "FedProx"
     color = "#2ca02c"
     Options = FedProxOptions
+    local_momentum_default = 0.0     # Li et al. 2020: plain SGD on the proximal local objective
 
     def correct(self, params, grads, rnd, state):
         mu = self.options.mu

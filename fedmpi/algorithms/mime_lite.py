@@ -43,6 +43,7 @@ class MimeLite(Algorithm):
     fixed_server_optimizer = True    # sgd: the momentum is MIME's own
     up = ("gradient",)
     down = ("momentum",)
+    local_momentum_default = None    # the local step applies the server's momentum (fed.options.momentum)
 
     def init_trainer_state(self, params):
         return {}

@@ -19,6 +19,7 @@ class PFM(Algorithm):
     label = "PFM"
     color = "#ff7f0e"
     global_state = ("global_momentum",)   # M is a function of the global models (eq. 6): one per trainer
+    local_momentum_default = None         # eq. 3: the local step applies beta M / K (beta = optim.momentum)
 
     def __init__(self, options=None, *, momentum: float = 0.9, **kw):
         super().__init__(options, **kw)

@@ -22,6 +22,7 @@ class Scaffold(FedAvg):
     up = ("control_delta",)
     down = ("control",)
     client_state = ("control",)      # c_i: the client's own, across the rounds it takes part in
+    local_momentum_default = 0.0     # option II: y <- y - eta_l (g - c_i + c), plain SGD
 
     def init_trainer_state(self, params):
         return {**super().init_trainer_state(params), "control": [torch.zeros_like(p) for p in params]}

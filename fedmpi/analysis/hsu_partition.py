@@ -11,7 +11,7 @@ import argparse
 import json
 import numpy as np
 
-from fedmpi.data.hsu_partition import client_class_histogram, hsu_partition
+from fedmpi.data.partition import client_class_histogram, hsu_partition
 from fedmpi.store.h5log import LogReader
 from fedmpi.analysis.plots import add_pdf_arg, beside_input, panel_grid, save_figure
 from fedmpi.analysis.run_log import AnalysisError, cli

@@ -50,7 +50,9 @@ class FedConfig:
     setting: str = "federated"       # federated | centralized (one party, the union of the data) | solo
     K: int = 100                     # local steps per round
     weighting: str = "uniform"       # initial w: uniform | batch (proportional to party batch size)
-    local_momentum: float = 0.9      # backbone momentum of local SGD (every rule but PFM, whose beta is optim.momentum)
+    local_momentum: float | None = None   # backbone momentum of local SGD; empty: the rule's paper's (plain SGD
+                                          # for FedAvg, FedAvgM, FedProx, SCAFFOLD, FedOpt; PFM and MIME-lite have
+                                          # their own and leave it empty); centralized/solo: optim.momentum
     solo_party: str = ""             # solo: which party trains alone
     server: ServerConfig = field(default_factory=ServerConfig)
     options: dict = field(default_factory=dict)   # the rule's own section (its Options dataclass), e.g. mu: 0.01
@@ -59,7 +61,9 @@ class FedConfig:
         names = [p.name for p in cfg.parties]
         if self.K <= 0:
             fail("fed.K", f"must be > 0, got {self.K}")
-        if not 0 <= self.local_momentum < 1:
+        if self.local_momentum is None:
+            self.local_momentum = paper_local_momentum(cfg)
+        if self.local_momentum is not None and not 0 <= self.local_momentum < 1:
             fail("fed.local_momentum", f"must be in [0, 1), got {self.local_momentum}")
         if self.setting == "solo" and self.solo_party not in names:
             fail("fed.solo_party", f"{self.solo_party!r} is not a party (parties: {', '.join(names)})")
@@ -84,6 +88,21 @@ def algorithm_class(cfg: "Config"):
         return rule(cfg.fed.algorithm)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def paper_local_momentum(cfg: "Config") -> float | None:
+    """fed.local_momentum when a config leaves it empty: in the centralized and solo baselines momentum SGD
+    with optim.momentum (FedFace's centralized training), otherwise the rule's paper's local optimizer."""
+    if cfg.fed.setting != "federated":
+        return cfg.optim.momentum
+    return algorithm_class(cfg).local_momentum_default
+
+
+def unread_keys(cfg: "Config") -> tuple[str, ...]:
+    """Keys the run's rule does not read, whose change does not change what the run computes."""
+    if cfg.fed.setting == "federated" and algorithm_class(cfg).local_momentum_default is None:
+        return ("fed.local_momentum",)
+    return ()
 
 
 def algorithm_options(cfg: "Config"):

@@ -176,7 +176,7 @@ class FVConfig:
 
 @dataclass
 class BenchmarkSets:
-    """Large-scale benchmarks evaluated with the pair sets (fedmpi.roles.benchmarks): a release root, or
+    """Large-scale benchmarks evaluated with the pair sets (fedmpi.silo.benchmarks): a release root, or
     'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
     ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
     ijbc: str = ""                   # IJB-C root

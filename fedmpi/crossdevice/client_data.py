@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 from fedmpi.data.cifar import CLASSES, ImageSet, batches_folder, load_cifar10
-from fedmpi.data.hsu_partition import client_class_histogram, hsu_partition
-from fedmpi.data.partition import partition_hash
+from fedmpi.data.partition import client_class_histogram, hsu_partition, partition_hash
 from fedmpi.data.synthetic_cifar import synthetic_cifar_folder
 
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from fedmpi import comm
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
-from fedmpi.roles.exchange import round_statistics
+from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.comm.topology import SERVER
 
 
@@ -33,7 +33,7 @@ def client_group(ctx):
 
 
 class ClientExchange:
-    """Server side, the exchange of the round loop (fedmpi.roles.server). `rows` is None (no per-party uploads:
+    """Server side, the exchange of the round loop (fedmpi.core.server). `rows` is None (no per-party uploads:
     FV cannot run on it). `up_numel`: the size of [theta | up payloads]; `store`: the clients' states (None for
     a rule whose clients are stateless). With a `log`, each round's sampled clients go to its /clients table."""
     rows = None
@@ -91,22 +91,25 @@ class ClientExchange:
             self._work = None
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
-        """sum_k n_k u_k / sum_k n_k over the round's clients, for theta and each up payload (w is not used:
-        the weights are the clients' example counts, applied on the trainer ranks before the reduction)."""
+        """sum_k n_k u_k / sum_k n_k over the round's clients, for theta and each up payload. The weights are the
+        clients' example counts, applied on the trainer ranks before the reduction: the setting's weighting
+        gives the server no w (None)."""
         out.copy_(self.payload[:-1] / self.payload[-1])
         return out
 
-    def round_stats(self, r: int) -> list[dict]:
-        """One statistics row for the clients' group: the clients' n-weighted mean loss, the images trained,
-        the slowest rank's seconds."""
+    def round_stats(self, r: int) -> RoundStats:
+        """The log's one row for the sampled clients: their n-weighted mean loss, the images trained, the slowest
+        rank's seconds."""
         stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
                             comm=self.ctx.mpi_fed)
         stats = [s for s in stats if s is not None]
         if self.log is not None:
             self.log.append("clients", round=r, ids=self.clients)
         weight = sum(s["weight"] for s in stats)
-        return [{"party": 0, "loss": sum(s["loss_sum"] for s in stats) / max(weight, 1),
-                 "images": sum(s["images"] for s in stats), "seconds": max(s["seconds"] for s in stats)}]
+        return RoundStats(loss=np.array([sum(s["loss_sum"] for s in stats) / max(weight, 1)]),
+                          images=np.array([float(sum(s["images"] for s in stats))]),
+                          seconds=np.array([max(s["seconds"] for s in stats)]),
+                          bad_records=np.zeros(1, dtype=np.int64))
 
     def bytes_per_round(self) -> dict:
         """The global payload down to every trainer rank, every trainer rank's payload up (as the reduce's

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
 from fedmpi.crossdevice.client_state import StateLayout
-from fedmpi.roles.exchange import Payloads
+from fedmpi.core.payloads import Payloads
 
 
 def client_seed(seed: int, r: int, k: int) -> int:

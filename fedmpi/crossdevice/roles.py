@@ -1,4 +1,4 @@
-"""Which cross-device role a rank plays: rank 0 the server (the round loop of fedmpi.roles.server with the
+"""Which cross-device role a rank plays: rank 0 the server (the round loop of fedmpi.core.server with the
 cross-device setting), every other rank a trainer of virtual clients."""
 from __future__ import annotations
 

@@ -4,15 +4,14 @@ the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to 
 next global payload and lets the rule rebuild its global_state from it (PFM's M)."""
 from __future__ import annotations
 
-import time
-
 from fedmpi.algorithms.build import build_algorithm
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.exchange import TrainerSide
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.model import build_client_model
-from fedmpi.roles import signals
-from fedmpi.roles.context import BackboneState, drive
+from fedmpi.core.trainer_loop import run_trainer_rounds
+from fedmpi.core.driver import drive
+from fedmpi.core.state import BackboneState
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
 
 # The rule's global_state (the same on every trainer rank), written by the first trainer rank.
@@ -23,7 +22,7 @@ class ClientTrainer:
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
-        self.exchange = TrainerSide(ctx)
+        self.trainer_side = TrainerSide(ctx)
         data = open_client_data(cfg)
         model = build_client_model(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(model)
@@ -33,30 +32,40 @@ class ClientTrainer:
         self.previous = self.local.down.theta.clone()
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
-        cfg, ex, local = self.ctx.cfg, self.exchange, self.local
-        down = local.down.flat
-        ex.receive_global(down)
-        for r in range(start_round, cfg.rounds):
-            lr = cfg.lr_at_round(r)
-            clients = ex.receive_assignment(r)
-            states = ex.receive_states(len(clients), local.layout.initial) if local.layout else None
-            start = time.perf_counter()
-            payload, stats = local.train_round(down, clients, r, lr, states)
-            stats["seconds"] = time.perf_counter() - start
-            if states:
-                ex.send_states(states)
-            ex.send_local(payload)
-            self.previous.copy_(local.down.theta)
-            ex.receive_global(down)
-            local.new_global(self.previous, lr)
-            ex.send_stats(r, stats)
-            # a client's batch order comes from (seed, round, client) and its state lives with the server
-            if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
-                return signals.EXIT_PREEMPTED
-        return 0
+        cfg = self.ctx.cfg
+        # a client's batch order comes from (seed, round, client) and its state lives with the server
+        return run_trainer_rounds(self, cfg.rounds, cfg.lr_at_round, start_round, checkpointer)
+
+    def start(self, start_round: int) -> None:
+        self.trainer_side.receive_global(self.local.down.flat)
+
+    def prepare(self, r: int, lr: float) -> None:
+        """This rank's clients of the round, and their states for a rule that keeps per-client state."""
+        self.lr = lr
+        self.clients = self.trainer_side.receive_assignment(r)
+        layout = self.local.layout
+        self.states = self.trainer_side.receive_states(len(self.clients), layout.initial) if layout else None
+
+    def train(self, r: int, lr: float) -> tuple:
+        """The clients one after another: (sum n_k [theta_k | up payloads] | sum n_k, the round's statistics)."""
+        return self.local.train_round(self.local.down.flat, self.clients, r, lr, self.states)
+
+    def exchange(self, r: int, trained) -> None:
+        ex, local = self.trainer_side, self.local
+        if self.states:
+            ex.send_states(self.states)
+        ex.send_local(trained[0])
+        self.previous.copy_(local.down.theta)
+        ex.receive_global(local.down.flat)
+        local.new_global(self.previous, self.lr)
+
+    def report(self, r: int, trained, seconds: float) -> None:
+        stats = trained[1]
+        stats["seconds"] = seconds
+        self.trainer_side.send_stats(r, stats)
 
     def checkpoint_parts(self) -> dict:
-        if not self.local.shared or self.ctx.rank != self.exchange.trainers[0]:
+        if not self.local.shared or self.ctx.rank != self.trainer_side.trainers[0]:
             return {}
         return {TRAINER_PART: {"algorithm": self.local.shared}}
 

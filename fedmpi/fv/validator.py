@@ -36,7 +36,9 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.fv import fv_runs
-from fedmpi.roles.context import BackboneState, Context, build_backbone
+from fedmpi.core.context import Context
+from fedmpi.core.state import BackboneState
+from fedmpi.models.backbone import build_backbone
 from fedmpi.comm.topology import SERVER
 
 TAG_CONTROL = 7301

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.comm.control import Backoff
-from fedmpi.roles.context import Context
+from fedmpi.core.context import Context
 from fedmpi.fv.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
 
 

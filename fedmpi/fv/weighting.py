@@ -1,6 +1,6 @@
 """Federated Validation on the server (FedFace Alg. 2): the search state, the latest θ_i, and at most one
-iteration in flight. The round loop (roles/server.py) uses it twice: as the round's weighting (`for_round`:
-keep the gathered θ_i as θ', hand out w) and, through roles/side_work.py, as side work done while the next
+iteration in flight. The round loop (core/server.py) uses it twice: as the round's weighting (`for_round`:
+keep the gathered θ_i as θ', hand out w) and, through silo/side_work.py, as side work done while the next
 round's uploads travel:
   - θ' is the latest gathered θ_i (line 2), read in place from the exchange's rows (no copy);
   - T candidates ŵ_t from FVSearch.propose() (ŵ_1 = w); the candidate backbones Θ̂_t = ŵ_tᵀθ' (eq. 7) are

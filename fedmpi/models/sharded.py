@@ -7,7 +7,7 @@ term). Every rank returns the same L = mean loss over the party's whole batch.
 
 Backward: each rank's block gets ∂L/∂(block) locally; the gathered-embedding gradients are summed over the
 group and each rank keeps its own rows, times the group size n. The party's gradient average
-(roles/party_gradients.py, as DDP would) then averages backbone gradients over the n ranks, which gives
+(silo/party_gradients.py, as DDP would) then averages backbone gradients over the n ranks, which gives
 ∂L/∂θ — the same backbone gradient as a replicated classifier with per-rank means.
 
 With group None (one rank) it is the plain classifier: no collectives, all classes local.

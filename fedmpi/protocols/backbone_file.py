@@ -36,7 +36,8 @@ def architecture_of(state: dict, where: str) -> dict:
 
 def load_global_backbone(checkpoint: str | Path) -> tuple[torch.nn.Module, object, Path]:
     """(backbone holding Θ in float32, eval mode; the run's config; the checkpoint folder used)."""
-    from fedmpi.roles.context import BackboneState, build_backbone
+    from fedmpi.core.state import BackboneState
+    from fedmpi.models.backbone import build_backbone
 
     folder = resolve_checkpoint(Path(checkpoint))
     saved = read_part(folder / SERVER_PART, ("theta", "config"))

@@ -97,6 +97,7 @@ def config_changes(folder: Path, cfg) -> dict:
     import yaml
 
     from fedmpi.config import to_dict
+    from fedmpi.config.fed import unread_keys
 
     try:
         with h5py.File(Path(folder) / SERVER_PART, "r") as f:
@@ -104,8 +105,9 @@ def config_changes(folder: Path, cfg) -> dict:
     except (OSError, KeyError, yaml.YAMLError) as exc:
         raise ResumeError(f"--resume: {folder}/{SERVER_PART}: cannot read the run's config ({exc})") from None
     before, now = _flat(saved), _flat(to_dict(cfg))
+    unread = unread_keys(cfg)
     return {key: [before.get(key), now.get(key)] for key in sorted(set(before) | set(now))
-            if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS)}
+            if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS) and key not in unread}
 
 
 def check_changes(folder: Path, cfg, allowed: bool) -> dict:

@@ -28,14 +28,14 @@ def main() -> int:
 
     from mpi4py import MPI
 
-    from fedmpi.roles import trainer
+    from fedmpi.silo import trainer
 
     if MPI.COMM_WORLD.Get_rank() == args.rank:
         exchange = trainer.Trainer.exchange
         rounds_seen = []
 
-        def exchange_then_maybe_signal(self, lr):
-            rounds_seen.append(lr)
+        def exchange_then_maybe_signal(self, *round_and_trained):
+            rounds_seen.append(round_and_trained)
             if len(rounds_seen) == args.round:
                 if args.stamp:
                     with open(args.stamp, "w") as f:
@@ -46,7 +46,7 @@ def main() -> int:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # mpirun waits for
                     # every holder of a rank's output to close it
                 os.kill(os.getpid(), getattr(signal, f"SIG{args.signal}"))
-            return exchange(self, lr)
+            return exchange(self, *round_and_trained)
 
         trainer.Trainer.exchange = exchange_then_maybe_signal
 

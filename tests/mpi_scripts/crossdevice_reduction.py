@@ -19,7 +19,7 @@ import torch
 from fedmpi import comm
 from fedmpi.config import load_config
 from fedmpi.crossdevice.roles import run_cross_device
-from fedmpi.roles.context import Context, Groups
+from fedmpi.core.context import Context, Groups
 from fedmpi.store.checkpoint import ResumePoint, round_folder_name
 from fedmpi.comm.topology import build_layout
 

@@ -2,7 +2,7 @@
 after round 1, every N rounds, and after the last round; eval.every = 0 evaluates nothing. Each evaluated fold's threshold comes from the other 9 folds (the FV folds
 included); the validators compute the metrics, the server logs them to /eval and prints them, and at the end
 prints a table of the final model's accuracy next to the first round's. The large-scale benchmarks
-(`eval.sets`, fedmpi.roles.benchmarks) are evaluated on the server at the same rounds and logged in the same
+(`eval.sets`, fedmpi.silo.benchmarks) are evaluated on the server at the same rounds and logged in the same
 row under their own metric names."""
 from __future__ import annotations
 
@@ -10,19 +10,14 @@ import sys
 
 import torch
 
-from fedmpi.roles.benchmarks import headline_line
+from fedmpi.core.schedule import evaluation_due
+from fedmpi.silo.benchmarks import headline_line
 from fedmpi.store.h5log import EVAL_METRICS
 
 # Evaluator's metric names -> the run log's column names
 LOG_METRIC = {"accuracy": "accuracy", "accuracy_std": "accuracy_std", "tar@far=0.001": "tar_far_1e-3",
               "tar@far=0.01": "tar_far_1e-2"}
 assert set(LOG_METRIC.values()) == set(EVAL_METRICS)
-
-
-def evaluation_due(r: int, every: int, rounds: int) -> bool:
-    """Round r (0-based) ends with an evaluation: with every > 0, the first round, every `every` rounds and the
-    last round; with every = 0, none."""
-    return every > 0 and (r == 0 or r == rounds - 1 or (r + 1) % every == 0)
 
 
 def log_row(r: int, step: int, results: dict[str, dict[str, float]],
@@ -66,7 +61,7 @@ class Evaluation:
 
     def __init__(self, cfg, pool, log, stream=sys.stdout, benchmarks=None):
         self.cfg, self.pool, self.log, self.stream = cfg, pool, log, stream
-        self.benchmarks = benchmarks                         # fedmpi.roles.benchmarks.Benchmarks or None
+        self.benchmarks = benchmarks                         # fedmpi.silo.benchmarks.Benchmarks or None
         self.waiting: list[tuple[int, torch.Tensor]] = []   # (round, Θ) not yet sent to the validators
         self.in_flight: tuple[int, object, torch.Tensor] | None = None  # (round, Request, Θ)
         self.first: tuple[int, dict] | None = None

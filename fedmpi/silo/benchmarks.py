@@ -55,7 +55,7 @@ class Benchmarks:
         if not sets:
             return None
         check_roots(cfg)
-        from fedmpi.roles.context import build_backbone
+        from fedmpi.models.backbone import build_backbone
 
         options = dict(batch_size=cfg.eval.batch_size, device=device, workers=cfg.data.workers,
                        cache_bytes=CACHE_BYTES)
@@ -68,7 +68,7 @@ class Benchmarks:
         return [p.name for p in self.protocols]
 
     def evaluate(self, theta: torch.Tensor) -> dict[str, dict[str, float]]:
-        from fedmpi.roles.context import BackboneState
+        from fedmpi.core.state import BackboneState
 
         BackboneState(self.backbone).write(theta)
         return {p.name: p.evaluate(self.backbone) for p in self.protocols}

@@ -9,28 +9,15 @@ Statistics: every trainer rank sends its round's numbers to the server over MPI.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.aggregation.party_rows import PartyRows
-from fedmpi.algorithms.base import views
-from fedmpi.roles.context import BackboneState, Context
+from fedmpi.core.context import Context
+from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.comm.topology import SERVER, Party
-
-
-class Payloads:
-    """One flat buffer `[θ (D) | payload 1 (n) | ...]` and its named parts (n = trainable values)."""
-
-    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype):
-        D, n = state.numel, state.n_trainable
-        self.flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
-        self.theta = self.flat[:D]
-        self.trainable = self.flat[:n]
-        self.extra = {name: self.flat[D + i * n: D + (i + 1) * n] for i, name in enumerate(names)}
-
-    def as_params(self, like: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
-        return {name: views(flat, like) for name, flat in self.extra.items()}
 
 
 class SiloExchange:
@@ -77,10 +64,29 @@ class SiloExchange:
     def send(self, down: torch.Tensor) -> None:
         broadcast_global(self.ctx, down)
 
-    def round_stats(self, r: int) -> list:
+    def round_stats(self, r: int) -> RoundStats:
+        """Every trainer rank's numbers, per party: the ranks' mean loss, the images they trained, the slowest
+        rank's seconds, the records they skipped."""
         stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
                             comm=self.ctx.mpi_fed, root=SERVER)
-        return [s for s in stats if s is not None]
+        P = len(self.ctx.layout.parties)
+        loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+        bad = np.zeros(P, dtype=np.int64)
+        for s in (s for s in stats if s is not None):
+            i = s["party"]
+            bad[i] += s["bad_records"]
+            loss[i] += s["loss"]
+            images[i] += s["images"]
+            seconds[i] = max(seconds[i], s["seconds"])
+            count[i] += 1
+        return RoundStats(loss / np.maximum(count, 1), images, seconds, bad)
+
+    def state_dict(self) -> dict:
+        """Nothing to keep: the buffers are refilled every round."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     def bytes_per_round(self) -> dict[str, int]:
         """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
@@ -111,11 +117,6 @@ def receive_global(ctx: Context, party: Party, down: torch.Tensor) -> None:
     if ctx.groups.party is not None:
         with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, ctx.groups.party)}"):
             dist.broadcast(down, src=party.leader, group=ctx.groups.party)
-
-
-def round_statistics(r: int) -> str:
-    """What the server's per-round gather of the trainers' statistics is called in a timeout message."""
-    return f"round {r + 1} statistics (gather over server + trainers)"
 
 
 def report(ctx: Context, r: int, stats: dict) -> None:

@@ -1,6 +1,6 @@
 """What the server does beside training, called from its round loop while a round's uploads travel:
-held-out evaluations that are due (roles/evaluation.py, with the large-scale benchmarks of eval.sets,
-roles/benchmarks.py) and FV iterations (fv/weighting.py).
+held-out evaluations that are due (silo/evaluation.py, with the large-scale benchmarks of eval.sets,
+silo/benchmarks.py) and FV iterations (fv/weighting.py).
 The validators (and a hosted Validator with its validation sets) exist only when one of the two is on.
 
 How many FV iterations a round gets:
@@ -22,9 +22,9 @@ from typing import Callable
 import torch
 
 from fedmpi.comm.control import Backoff
-from fedmpi.roles.benchmarks import Benchmarks
-from fedmpi.roles.context import Context
-from fedmpi.roles.evaluation import Evaluation
+from fedmpi.silo.benchmarks import Benchmarks
+from fedmpi.core.context import Context
+from fedmpi.silo.evaluation import Evaluation
 from fedmpi.fv import fv_runs
 from fedmpi.fv.weighting import FederatedValidation
 from fedmpi.fv.validator import needs_validation_sets
@@ -94,6 +94,13 @@ class SideWork:
     def fv_iterations(self) -> int:
         """FV iterations completed in the current round."""
         return 0 if self.fv is None else self.fv.completed_in_round
+
+    def round_columns(self) -> dict:
+        """The side work's columns of the round's /rounds row."""
+        return {"fv_iterations": self.fv_iterations}
+
+    def progress_note(self) -> str:
+        return "" if self.fv is None else f"fv {self.fv_iterations} it"
 
     def flush_evaluations(self) -> None:
         """Run every evaluation that is due now (before a checkpoint: a resumed run would not run it)."""

@@ -22,19 +22,17 @@ class Progress:
         self.first_loss: np.ndarray | None = None
         self.last_loss: np.ndarray | None = None
         self.started = time.time()
-        self.note = ""   # shown at the end of every line (the cross-device runs' latest test accuracy)
 
-    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, fv: int | None = None) -> None:
+    def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, note: str = "") -> None:
+        """`note`: the side work's (FV iterations, the latest test accuracy), at the end of the line."""
         if self.first_loss is None:
             self.first_loss = loss.copy()
         self.last_loss = loss.copy()
         done = r + 1
         eta = wall_time / done * (self.rounds - done)
         losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
-        fv_part = "" if fv is None else f"fv {fv} it  "
-        self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  {fv_part}"
-                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}"
-                          f"{'  ' + self.note if self.note else ''}\n")
+        self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
+                          f"elapsed {_duration(wall_time)}  eta {_duration(eta)}{'  ' + note if note else ''}\n")
         self.stream.flush()
 
     def summary(self, log_path, extra: str = "") -> None:

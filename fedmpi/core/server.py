@@ -1,7 +1,9 @@
 """The server rank: the round loop. It holds the global payload (Θ and the rule's down payloads) and the
-rule's server state; each round it receives the uploads through its exchange, weights them (FV or fixed w),
-aggregates, steps the server optimizer, sends the new global payload, logs, does its side work and
-checkpoints. See docs/ARCHITECTURE.md, "The round loop and its exchange"."""
+rule's server state; each round it receives the uploads through its setting's exchange, takes the round's
+weighting from the side work, runs the server step (aggregator + the rule's server update), sends the new
+global payload, logs, lets the side work run and checkpoints. Nothing here depends on the setting (silo parties
+or cross-device clients): the setting provides the model, the exchange and the side work (core/seams.py).
+See docs/ARCHITECTURE.md, "The round loop and its seams"."""
 from __future__ import annotations
 
 import time
@@ -15,25 +17,22 @@ from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import method_key
 from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import to_yaml
-from fedmpi.fv import fv_runs
-from fedmpi.roles import signals
-from fedmpi.roles.benchmarks import log_columns as benchmark_columns
-from fedmpi.roles.context import BackboneState, Context, build_backbone, drive, initial_weights
-from fedmpi.roles.exchange import Payloads, SiloExchange
-from fedmpi.roles.progress import Progress
-from fedmpi.roles.side_work import SideWork
+from fedmpi.core import signals
+from fedmpi.core.context import Context
+from fedmpi.core.payloads import Payloads
+from fedmpi.core.progress import Progress
+from fedmpi.core.seams import RoundStats, Setting
+from fedmpi.core.state import BackboneState
 from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
 from fedmpi.store.h5log import RunLog
 
 
 class Server:
-    def __init__(self, ctx: Context, run_dir, data_description: dict, resume_round: int | None = None,
-                 exchange=None, config_changes: dict | None = None, setting=None):
-        """`setting`: another model, exchange, side work and log tables for the same loop (the cross-device
-        simulation, fedmpi.crossdevice.setting); None: the silo parties."""
+    def __init__(self, ctx: Context, run_dir, setting: Setting, resume_round: int | None = None,
+                 config_changes: dict | None = None):
         self.ctx = ctx
         cfg = ctx.cfg
-        self.backbone = setting.model if setting is not None else build_backbone(cfg, ctx.device, ctx.dtype)
+        self.backbone = setting.model
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
         self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
@@ -41,21 +40,14 @@ class Server:
         self.theta = self.down.theta
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
-        self.parties = [p.name for p in ctx.layout.parties]
+        self.parties = setting.parties
         self.run_dir = run_dir
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
-                          parties=self.parties, data=data_description,
-                          val_sets=list(cfg.data.val_sets),
-                          fv_candidates=cfg.fv.T if fv_runs(cfg) else 0, resume_round=resume_round,
-                          config_changes=config_changes, eval_columns=benchmark_columns(cfg),
-                          extra_tables=setting.log_tables if setting is not None else None)
-        if setting is not None:
-            self.side, self.exchange = setting.side_work(self), exchange or setting.exchange(self)
-        else:
-            self.side = SideWork(ctx, self.log, self.parties, initial_weights(cfg, ctx.layout))
-            self.exchange = exchange or SiloExchange(ctx, self.mean.flat.numel(), self.down.flat.numel(),
-                                                     kept=self.side.uploads_kept)
+                          parties=self.parties, data=setting.data_description, resume_round=resume_round,
+                          config_changes=config_changes, **setting.log_schema)
+        self.side = setting.side_work(self)
+        self.exchange = setting.exchange(self)
         self.aggregator = self.algorithm.aggregator()
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
@@ -90,46 +82,43 @@ class Server:
         self.finish()
         return 0
 
-    def record(self, r: int, stats: list, round_time: float, wall_time: float) -> None:
+    def record(self, r: int, stats: RoundStats, round_time: float, wall_time: float) -> None:
         cfg = self.ctx.cfg
-        P = len(self.parties)
-        loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
-        bad = np.zeros(P, dtype=np.int64)
-        for s in stats:
-            i = s["party"]
-            bad[i] += s.get("bad_records", 0)
-            loss[i] += s["loss"]
-            images[i] += s["images"]
-            seconds[i] = max(seconds[i], s["seconds"])
-            count[i] += 1
-        loss /= np.maximum(count, 1)
-        party_ips = images / np.maximum(seconds, 1e-9)
+        party_ips = stats.images / np.maximum(stats.seconds, 1e-9)
         moved = self.exchange.bytes_per_round()
-        fv = self.side.fv_iterations
+        images = stats.images.sum()
         self.log.append("rounds", round=r, step=(r + 1) * cfg.fed.K, lr=cfg.lr_at_round(r), wall_time=wall_time,
-                        round_time=round_time, images_per_s=images.sum() / round_time,
+                        round_time=round_time, images_per_s=images / round_time,
                         bytes_moved=sum(moved.values()), bytes_up=moved["up"], bytes_down=moved["down"],
-                        bytes_intra=moved["intra"], fv_iterations=fv, loss=loss, party_images_per_s=party_ips)
-        self.progress.line(r, loss, images.sum() / round_time, wall_time,
-                           fv=fv if self.side.fv is not None else None)
-        if bad.any() and dict(zip(self.parties, bad.tolist())) != self.bad_records:
-            self.bad_records = dict(zip(self.parties, bad.tolist()))
+                        bytes_intra=moved["intra"], loss=stats.loss, party_images_per_s=party_ips,
+                        **self.side.round_columns())
+        self.progress.line(r, stats.loss, images / round_time, wall_time, note=self.side.progress_note())
+        bad = dict(zip(self.parties, stats.bad_records.tolist()))
+        if stats.bad_records.any() and bad != self.bad_records:
+            self.bad_records = bad
             self.log.record_bad_records(self.bad_records)
 
     def checkpoint_parts(self, wall_time: float) -> dict:
-        """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, FV state."""
+        """The server's part of a checkpoint (fedmpi.store.checkpoint): Θ, the rule's state, w, and what the side
+        work and the exchange keep (FV's search; the cross-device sampler and clients' states)."""
         self.side.flush_evaluations()
-        tree = {"theta": self.theta, "algorithm": self.algo_state, "w": self.w, "wall_time": wall_time,
-                "validation": self.side.state_dict(), "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+        tree = {"theta": self.theta, "algorithm": self.algo_state, "wall_time": wall_time,
+                "side_work": self.side.state_dict(), "exchange": self.exchange.state_dict(),
+                "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+        if self.w is not None:
+            tree["w"] = self.w
         return {SERVER_PART: tree}
 
     def load_checkpoint(self, folder) -> int:
-        """Take the state of a checkpoint written by `checkpoint_parts`; returns the round to continue at."""
-        saved = read_part(folder / SERVER_PART)
+        """Take the state of a checkpoint written by `checkpoint_parts` (or by the layout before issue 22, whose
+        "validation" entry held both the side work's and the exchange's state); returns the round to continue at."""
+        saved = upgrade_server_part(read_part(folder / SERVER_PART))
         copy_into(self.theta, saved["theta"], "theta")
         copy_into(self.algo_state, saved["algorithm"], "algorithm")
-        self.w = saved["w"].to(self.w)
-        self.side.load_state_dict(saved["validation"])
+        if self.w is not None:
+            self.w = saved["w"].to(self.w)
+        self.side.load_state_dict(saved["side_work"])
+        self.exchange.load_state_dict(saved["exchange"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
         restore_rng(saved["rng"])
@@ -147,7 +136,16 @@ class Server:
         self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.side.summary())
 
 
-def run_server(ctx: Context, run_dir, data_description: dict, resume=None) -> int:
-    server = Server(ctx, run_dir, data_description, resume_round=resume.round if resume else None,
-                    config_changes=resume.changes if resume else None)
-    return drive(server, ctx, run_dir, resume)
+def upgrade_server_part(saved: dict) -> dict:
+    """A server part in today's layout. Before issue 22 everything beside Θ, the rule's state and w sat under
+    "validation": FV's search state ("fv", "latest") and, in the cross-device runs, the exchange's ("sampler":
+    the sampler's generator and the clients' states)."""
+    if "validation" not in saved:
+        return saved
+    old = dict(saved["validation"])
+    exchange = old.pop("sampler", {})
+    side = {key: value for key, value in old.items() if key in ("fv", "latest")}
+    if exchange:                      # the cross-device side work kept nothing of its own
+        side = {}
+    upgraded = {key: value for key, value in saved.items() if key != "validation"}
+    return {**upgraded, "side_work": side, "exchange": exchange}

@@ -3,18 +3,20 @@ gradient over its group), the party's private classifier with local momentum (eq
 the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
-import time
-
 import torch
 
 from fedmpi import comm
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.algorithms.build import build_algorithm
-from fedmpi.roles import signals
-from fedmpi.roles.context import BackboneState, Context, build_backbone, drive
-from fedmpi.roles.exchange import Payloads, receive_global, report, send_local
-from fedmpi.roles.party_gradients import PartyGradients
-from fedmpi.roles.precision import Precision
+from fedmpi.core.context import Context
+from fedmpi.core.driver import drive
+from fedmpi.core.state import BackboneState
+from fedmpi.core.trainer_loop import run_trainer_rounds
+from fedmpi.models.backbone import build_backbone
+from fedmpi.core.payloads import Payloads
+from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
+from fedmpi.silo.party_gradients import PartyGradients
+from fedmpi.silo.precision import Precision
 from fedmpi.models.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
@@ -76,7 +78,7 @@ class Trainer:
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
         all-reduce with backward (its torch._dynamo import is small next to a GPU run). CPU: one all-reduce after
-        backward (roles/party_gradients.py), without DDP's import of torch._dynamo (1.3 s, 150 MB per rank)."""
+        backward (silo/party_gradients.py), without DDP's import of torch._dynamo (1.3 s, 150 MB per rank)."""
         if group is None:
             return self.backbone, None
         if self.ctx.device.type == "cuda":
@@ -95,32 +97,37 @@ class Trainer:
                                 dtype=self.ctx.dtype)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
+        cfg = self.ctx.cfg
+        return run_trainer_rounds(self, cfg.rounds, cfg.lr_at_round, start_round, checkpointer)
+
+    def start(self, start_round: int) -> None:
+        """The batch stream from the resumed step (the first global payload came in __init__)."""
         cfg, ctx = self.ctx.cfg, self.ctx
-        K = cfg.fed.K
-        batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * K, ctx.device)
-        for r in range(start_round, cfg.rounds):
-            lr = cfg.lr_at_round(r)
-            for group in self.classifier_opt.param_groups:
-                group["lr"] = lr
-            start = time.perf_counter()
-            loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-            rnd = self.local_round(lr)
-            with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
-                for k in range(K):
-                    images, labels = next(batches)
-                    rnd.step = k
-                    loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
-            mean_loss = float(loss_sum) / K
-            if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
-                raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
-            seconds = time.perf_counter() - start
-            with comm.naming_failures(f"round {r + 1}"):
-                self.exchange(rnd)
-            report(ctx, r, {"party": self.party.index, "loss": mean_loss, "seconds": seconds,
-                            "images": K * cfg.optim.batch_size, "bad_records": self.bad_records()})
-            if checkpointer and checkpointer.round_end(r + 1, self.checkpoint_parts):
-                return signals.EXIT_PREEMPTED
-        return 0
+        self.batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * cfg.fed.K, ctx.device)
+
+    def prepare(self, r: int, lr: float) -> None:
+        for group in self.classifier_opt.param_groups:
+            group["lr"] = lr
+
+    def train(self, r: int, lr: float) -> tuple[LocalRound, float]:
+        """K local steps; (what the rule's steps saw, the mean loss)."""
+        ctx, K = self.ctx, self.ctx.cfg.fed.K
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        rnd = self.local_round(lr)
+        with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
+            for k in range(K):
+                images, labels = next(self.batches)
+                rnd.step = k
+                loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
+        mean_loss = float(loss_sum) / K
+        if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
+            raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
+        return rnd, mean_loss
+
+    def report(self, r: int, trained, seconds: float) -> None:
+        cfg = self.ctx.cfg
+        send_statistics(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
+                             "images": cfg.fed.K * cfg.optim.batch_size, "bad_records": self.bad_records()})
 
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
@@ -150,19 +157,21 @@ class Trainer:
             p.grad = None
         return loss.detach().to(torch.float64)
 
-    def exchange(self, rnd: LocalRound) -> None:
+    def exchange(self, r: int, trained) -> None:
         """Send θ_i and the rule's up payloads (leader), receive the new global payload, rebuild the rule's
         state (PFM's M, eq. 6)."""
-        with torch.no_grad():
-            self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
-        self.previous_theta.copy_(self.global_theta)
-        if self.is_leader:
-            self.state.read(self.up.theta)
-            send_local(self.ctx, self.up.flat)
-        receive_global(self.ctx, self.party, self.down.flat)
-        n = self.state.n_trainable
-        self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], rnd.lr, self.algo_state)
-        self.state.write(self.global_theta)
+        rnd = trained[0]
+        with comm.naming_failures(f"round {r + 1}"):
+            with torch.no_grad():
+                self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
+            self.previous_theta.copy_(self.global_theta)
+            if self.is_leader:
+                self.state.read(self.up.theta)
+                send_local(self.ctx, self.up.flat)
+            receive_global(self.ctx, self.party, self.down.flat)
+            n = self.state.n_trainable
+            self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], rnd.lr, self.algo_state)
+            self.state.write(self.global_theta)
 
     def checkpoint_parts(self) -> dict:
         """This rank's part of a checkpoint (fedmpi.store.checkpoint): its classifier shard and the shard's

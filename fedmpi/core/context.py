@@ -1,0 +1,61 @@
+"""What every role needs to start: the config, the layout, this rank's place in it, the process groups, the
+device and the dtype. Built once per rank by `fedmpi.run`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedmpi import comm
+from fedmpi.config import Config
+from fedmpi.comm.topology import SERVER, Layout
+
+
+@dataclass
+class Groups:
+    """torch.distributed groups (None where this rank is not a member or the group would be trivial)."""
+    party: object | None          # this trainer's party (gradient average, sharded classifier, intra-party bcast)
+    leaders: object | None        # server + party leaders (gather of theta_i, broadcast of Theta)
+    validators: object | None     # server + dedicated validators (FV candidates)
+
+
+@dataclass
+class Context:
+    cfg: Config
+    layout: Layout
+    rank: int
+    groups: Groups
+    mpi_fed: object               # MPI communicator over server + trainers (stats, control)
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def role(self) -> str:
+        return self.layout.role(self.rank)
+
+
+def make_groups(layout: Layout, rank: int) -> Groups:
+    """Create every group on every rank in the same order (torch.distributed requires it)."""
+    party_group = None
+    for party in layout.parties:
+        if len(party.ranks) > 1:
+            g = comm.new_group(party.ranks)
+            if rank in party.ranks:
+                party_group = g
+    leaders = comm.new_group([SERVER] + [p.leader for p in layout.parties])
+    validators = comm.new_group([SERVER, *layout.validators]) if layout.validators else None
+    is_leader = rank == SERVER or any(rank == p.leader for p in layout.parties)
+    return Groups(party=party_group, leaders=leaders if is_leader else None,
+                  validators=validators if (rank == SERVER or rank in layout.validators) else None)
+
+
+def build_context(cfg: Config, layout: Layout) -> Context:
+    mpi = comm.mpi_comm()
+    rank = mpi.Get_rank()
+    backend = {"auto": None, "cpu": "gloo", "cuda": "nccl"}[cfg.run.device]
+    comm.init_torch_distributed(backend, timeout_s=cfg.run.collective_timeout_s)
+    groups = make_groups(layout, rank)
+    in_fed = rank not in layout.validators
+    mpi_fed = mpi.Split(0 if in_fed else 1, key=rank)
+    dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
+    return Context(cfg, layout, rank, groups, mpi_fed, comm.device(), dtype)

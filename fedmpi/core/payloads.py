@@ -1,0 +1,22 @@
+"""A round's payloads as one flat buffer each: an upload [θ_i | the rule's up payloads], the global payload
+[Θ | the rule's down payloads] (D = the model's flat state, n = its trainable values)."""
+from __future__ import annotations
+
+import torch
+
+from fedmpi.algorithms.base import views
+from fedmpi.core.state import BackboneState
+
+
+class Payloads:
+    """One flat buffer `[θ (D) | payload 1 (n) | ...]` and its named parts (n = trainable values)."""
+
+    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype):
+        D, n = state.numel, state.n_trainable
+        self.flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
+        self.theta = self.flat[:D]
+        self.trainable = self.flat[:n]
+        self.extra = {name: self.flat[D + i * n: D + (i + 1) * n] for i, name in enumerate(names)}
+
+    def as_params(self, like: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+        return {name: views(flat, like) for name, flat in self.extra.items()}

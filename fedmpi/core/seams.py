@@ -1,0 +1,74 @@
+"""The seams of the neutral core: what the round loop (`core/server.py`) takes from a setting. The silo
+parties (`fedmpi/silo/setting.py`, SiloSetting) and the cross-device clients (`fedmpi/crossdevice/setting.py`,
+CrossDeviceSetting) each provide them; the loop itself knows neither. docs/ARCHITECTURE.md, "The round loop and
+its seams", says when each member is called."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass
+class RoundStats:
+    """A round's numbers per row of the log's per-party columns (silo: one row per party; cross-device: one row
+    for the sampled clients)."""
+    loss: np.ndarray          # [P] mean training loss
+    images: np.ndarray        # [P] images trained
+    seconds: np.ndarray       # [P] the slowest rank's seconds of local training
+    bad_records: np.ndarray   # [P] records skipped (data.skip_bad), int64
+
+
+def round_statistics(r: int) -> str:
+    """What the server's per-round gather of the trainers' statistics is called in a timeout message."""
+    return f"round {r + 1} statistics (gather over server + trainers)"
+
+
+class Exchange(Protocol):
+    """Where a round's uploads come from and where the global payload goes (server side)."""
+    participation: float      # fraction of all clients that took part this round (SCAFFOLD's |S|/N)
+    gives_uploads: bool       # `rows` holds every upload (else the exchange sums them on the way)
+    rows: torch.Tensor | None  # [P, D_up] uploads of the last completed round, party by party
+
+    def post(self, r: int) -> None: ...                           # start receiving round r's uploads
+    def is_complete(self) -> bool: ...
+    def wait(self) -> None: ...
+    def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor: ...   # Σ w_i u_i into out [D_up]
+    def send(self, down: torch.Tensor) -> None: ...                # the global payload to every trainer
+    def round_stats(self, r: int) -> RoundStats: ...
+    def bytes_per_round(self) -> dict[str, int]: ...               # {"up", "down", "intra"}
+    def state_dict(self) -> dict: ...                              # what a checkpoint keeps of it
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class Weighting(Protocol):
+    def for_round(self, r: int, rows: torch.Tensor | None) -> torch.Tensor | None: ...   # the round's w
+
+
+class SideWork(Protocol):
+    """What the server does beside the exchange: evaluation, FV, ..."""
+    weighting: Weighting
+    uploads_kept: int         # earlier rounds' uploads it still reads while the next round's land
+
+    def work_until(self, complete: Callable[[], bool], r: int) -> None: ...   # while the uploads travel
+    def round_done(self, r: int, theta: torch.Tensor) -> None: ...            # after the new Θ went out
+    def round_columns(self) -> dict: ...          # its columns of the round's /rounds row (fv_iterations)
+    def progress_note(self) -> str: ...           # shown at the end of the round's progress line
+    def flush_evaluations(self) -> None: ...      # run what is due before a checkpoint
+    def finish(self) -> None: ...
+    def summary(self) -> str: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class Setting(Protocol):
+    """A federated setting as the round loop takes it."""
+    model: torch.nn.Module              # the shared model f(Θ), initialised identically on every rank
+    parties: list[str]                  # the rows of the log's per-party columns
+    data_description: dict              # the log's /data
+    log_schema: dict                    # RunLog keyword arguments: val_sets, fv_candidates, eval_columns, extra_tables
+
+    def side_work(self, server) -> SideWork: ...
+    def exchange(self, server) -> Exchange: ...      # built after the side work (it keeps what the side work reads)

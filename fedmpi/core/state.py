@@ -1,0 +1,31 @@
+"""The shared model's state as one flat buffer (the server's Θ, a trainer's θ_i), whatever the model."""
+from __future__ import annotations
+
+import torch
+
+from fedmpi import comm
+
+
+class BackboneState:
+    """The backbone's state as one flat buffer: [trainable params | frozen params | float buffers].
+
+    Trainable parameters come first so that momentum-style state (PFM's M, FedAvgM's v) covers a prefix.
+    """
+
+    def __init__(self, backbone: torch.nn.Module):
+        params = list(backbone.parameters())
+        self.trainable = [p for p in params if p.requires_grad]
+        frozen = [p for p in params if not p.requires_grad]
+        buffers = [b for b in backbone.buffers() if b.is_floating_point()]
+        self.tensors = self.trainable + frozen + buffers
+        self.n_trainable = sum(p.numel() for p in self.trainable)
+        self.numel = sum(t.numel() for t in self.tensors)
+
+    def read(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        return comm.flatten(self.tensors, out)
+
+    def write(self, flat: torch.Tensor) -> None:
+        comm.unflatten_into(flat, self.tensors)
+
+    def nbytes(self) -> int:
+        return self.numel * self.tensors[0].element_size()
