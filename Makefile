@@ -64,16 +64,15 @@ test: $(TEST_STAMP) bytecode
 gpu-check: $(STAMP) bytecode
 	$(PY) -m bench.gpu_check $(ARGS)
 
-# Hsu et al.'s table at CPU scale (docs/results/README.md): 100 clients of 100 synthetic images, 150 rounds,
-# alpha in {100, 1, 0.1, 0}, C in {0.1, 0.4}, E = 1, 3 client lrs, FedAvg and FedAvgM beta = 0.9, one seed.
+# Hsu et al.'s table at CPU scale (docs/results/README.md): M = 40 clients of 50 synthetic images, C = 0.25, B = 10,
+# E = 1, 20 rounds; alpha in {100, 1, 0.1, 0}; FedAvg at client lr 0.05 and FedAvgM beta = 0.9 at 0.005 (equal
+# eta_eff = 0.05); 2 seeds: 16 runs of about 96 CPU-s each (docs/results/README.md gives the cost and the why).
 HSU_CPU := docs/results/hsu-cpu
-# 16 runs of about 120 CPU-s each (1,920 CPU-s in all): alpha x 2 client lrs x FedAvg / FedAvgM beta=0.9 at
-# C=0.1, clients of 20 images, B=5, 60 rounds (docs/results/README.md gives its cost and why this grid)
 hsu-cpu: $(STAMP) bytecode
-	$(PY) -m jobs.sweep hsu --local --folder $(HSU_CPU) --alpha 100,1,0.1,0 --fraction 0.1 --epochs 1 \
-		--lr 0.01,0.1 --seeds 0 --beta 0.9 clients.population=100 clients.images=20 optim.batch_size=5 \
-		clients.train_images=5000 clients.test_images=1000 clients.rounds=60 eval.every=30 run.device=cpu \
-		data.root=data $(ARGS)
+	$(PY) -m jobs.sweep hsu --local --folder $(HSU_CPU) --alpha 100,1,0.1,0 --fraction 0.25 --epochs 1 \
+		--lr 0.05 --equal-eta-eff --seeds 0,1 --beta 0.9 clients.population=40 clients.images=50 \
+		optim.batch_size=10 clients.train_images=2000 clients.test_images=1000 clients.rounds=20 eval.every=10 \
+		clients.ranks=1 run.device=cpu data.root=data $(ARGS)
 	$(PY) -m fedmpi.analysis.hsu_table $(HSU_CPU) --format md --out docs/results/hsu_cpu_table.md
 	$(PY) -m fedmpi.analysis.hsu_lr $(HSU_CPU) --fig docs/results/hsu_cpu_lr.png
 

@@ -1,16 +1,19 @@
 """The cross-device round in one process, as the reference the mpirun runs are held to: every sampled client
 trained from the global payload with its state from the server's store, each upload [theta_k | up payloads]
 kept, then the server's own step (ServerStep: sum_k n_k u_k / sum_k n_k, as the exchange's reduction gives it,
-then the rule's server update) and on_global on the trainer."""
+then the rule's server update) and on_global on the trainer. With fed.dp each client's update is clipped and
+counted once, and the server's aggregator adds the noise, as in a run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
+from fedmpi.aggregation.dp import clip_into
 from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import load_config
+from fedmpi.config.aggregation import build_aggregator
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import ClientStore, client_store
 from fedmpi.crossdevice.local_training import LocalTrainer
@@ -54,7 +57,9 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
     down, mean = Payloads(state, algorithm.down, CPU, dtype), Payloads(state, algorithm.up, CPU, dtype)
     state.read(down.theta)
     server_state = algorithm.init_server_state(down.trainable, down.extra)
-    step = ServerStep(algorithm, algorithm.aggregator(), down, mean, server_state, state.n_trainable)
+    step = ServerStep(algorithm, build_aggregator(cfg, algorithm, down.flat), down, mean, server_state,
+                      state.n_trainable)
+    clip = cfg.fed.dp.clip if cfg.fed.dp.enabled else None
     store = client_store(algorithm, state.trainable)
     local = LocalTrainer(model, state, algorithm, data, epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size,
                          seed=cfg.run.seed, augment=False, device=CPU, dtype=dtype)
@@ -68,7 +73,12 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
         for k in ids:
             client = store.get(k).clone() if store else None
             _, size = local.train_client(down.flat, k, r, cfg.lr_at_round(r), client)
-            uploads.append((size, local.up.flat.to(torch.float64).clone()))
+            if clip is None:
+                uploads.append((size, local.up.flat.to(torch.float64).clone()))
+            else:               # DP: each client clipped and counted once
+                clipped = torch.zeros(local.up.flat.numel(), dtype=torch.float64)
+                clip_into(clipped, local.up.flat, down.theta, clip)
+                uploads.append((1, clipped))
             if store:
                 store.put(k, client)
         previous = down.theta.clone()

@@ -33,7 +33,7 @@ NOT_IMPORTED_BY = {
     "fedmpi.core": SETTINGS,
     "fedmpi.aggregation": (*SETTINGS, "fedmpi.core"),
     "fedmpi.algorithms": (*SETTINGS, "fedmpi.core"),
-    "fedmpi.config": (*SETTINGS, "fedmpi.core", "fedmpi.aggregation"),
+    "fedmpi.config": (*SETTINGS, "fedmpi.core"),   # it reads the aggregators' registry as it reads the rules'
     "fedmpi.store": (*SETTINGS, "fedmpi.core"),
 }
 LONG_MODULE = 250

@@ -14,13 +14,35 @@ names another with `Algorithm.aggregator`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 
+@dataclass
+class NoOptions:
+    """An aggregator without options of its own."""
+
+    def validate(self, uploads: int, fail) -> None:
+        pass
+
+
 class Aggregator:
+    name: ClassVar[str] = "base"
+    label: ClassVar[str] = "Base"
     needs_uploads: ClassVar[bool] = False   # True: reads uploads.rows (every upload), not only the weighted mean
+    Options: ClassVar[type] = NoOptions     # its fed.aggregation options besides `rule`
+
+    def __init__(self, options=None):
+        self.options = options if options is not None else self.Options()
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must keep for a resumed run to aggregate bitwise as an uninterrupted one."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -28,6 +50,7 @@ class Aggregator:
 
 class WeightedMean(Aggregator):
     """Σ_i w_i u_i (FedFace eq. 4, FedAvg): the exchange's one mat-vec, no allocation."""
+    name, label = "mean", "Weighted mean"
 
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return uploads.weighted_mean(w, out)

@@ -37,11 +37,14 @@ def main(argv=None) -> None:
     data, labels = curves(results), line_labels(results)
     panels = sorted(data, key=lambda p: (p[0], -p[1], -p[2]))
     fig, axes = panel_grid(len(panels), max_cols=4, size=(4.2, 3.2))
+    etas = [x for lines in data.values() for points in lines.values() for x, _ in points]
     for ax, (E, C, alpha) in zip(axes, panels):
-        for beta, points in data[(E, C, alpha)].items():
+        for k, (beta, points) in enumerate(data[(E, C, alpha)].items()):
             x, y = zip(*points)
-            ax.plot(x, y, marker="o", label=labels[beta])
+            ax.plot(x, y, marker="osD^v"[k % 5], markersize=9 - 2 * (k % 3), fillstyle="full" if k else "none",
+                    label=labels[beta])   # markers of their own: rules at equal eta_eff sit on one abscissa
         ax.set_xscale("log")
+        ax.set_xlim(min(etas) / 2, max(etas) * 2)   # a grid of one eta_eff still gets an axis
         ax.set_ylim(0, 1)
         ax.set_title(f"E={E}  C={C:g}  α={alpha:g}", fontsize=9)
         ax.set_xlabel("η_eff = η / (1 − β)")

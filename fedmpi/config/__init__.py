@@ -19,6 +19,7 @@ from fedmpi.config.sections import (BenchmarkSets, CheckpointConfig, DataConfig,
                                     FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig, RunConfig,
                                     _three_parties)
 from fedmpi.config.fed import BASELINE, FedConfig, ServerConfig, algorithm_class, algorithm_options  # noqa: F401
+from fedmpi.config.aggregation import sampling_rate
 from fedmpi.config.clients import ClientsConfig
 
 
@@ -67,8 +68,13 @@ class Config:
         return self.clients.population > 0
 
     @property
-    def rounds(self) -> int:
+    def planned_rounds(self) -> int:
         return self.clients.rounds if self.cross_device else self.total_steps // self.fed.K
+
+    @property
+    def rounds(self) -> int:
+        """The rounds a run makes: the planned ones, or fewer where fed.dp.target_epsilon would be passed."""
+        return self.fed.dp.rounds_within(self.planned_rounds, sampling_rate(self))
 
     def lr_at_round(self, r: int) -> float:
         """eta_r for round r (0-based); constant within a round since milestones fall on round boundaries.

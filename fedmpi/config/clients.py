@@ -3,6 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+
+def clients_per_round(population: int, fraction: float) -> int:
+    """max(floor(C M), 1) (Hsu et al., Algorithm 1)."""
+    return max(int(np.floor(fraction * population + 1e-9)), 1)
+
 
 @dataclass
 class ClientsConfig:

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
+from fedmpi.config.aggregation import DPConfig, validate_aggregation
 from fedmpi.config.build import build_section
 from fedmpi.config.errors import ConfigError
 
@@ -56,6 +57,8 @@ class FedConfig:
     solo_party: str = ""             # solo: which party trains alone
     server: ServerConfig = field(default_factory=ServerConfig)
     options: dict = field(default_factory=dict)   # the rule's own section (its Options dataclass), e.g. mu: 0.01
+    aggregation: dict = field(default_factory=lambda: {"rule": "mean"})  # the combination: rule + its options
+    dp: DPConfig = field(default_factory=DPConfig)  # central differential privacy (DP-FedAvg)
 
     def validate(self, cfg: "Config", fail) -> None:
         names = [p.name for p in cfg.parties]
@@ -73,6 +76,8 @@ class FedConfig:
         options = algorithm_options(cfg)
         options.validate(cfg)
         self.options = dataclasses.asdict(options)  # the resolved section, defaults included, goes to the log
+        self.aggregation = validate_aggregation(cfg, fail)
+        self.dp.validate(cfg, fail)
 
 
 def baseline_label() -> str:

@@ -17,9 +17,11 @@ from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import method_key
 from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import to_yaml
+from fedmpi.config.aggregation import build_aggregator
 from fedmpi.core import signals
 from fedmpi.core.context import Context
 from fedmpi.core.payloads import Payloads
+from fedmpi.core.privacy import COLUMNS as PRIVACY_COLUMNS, PrivacyReport
 from fedmpi.core.progress import Progress
 from fedmpi.core.seams import RoundStats, Setting
 from fedmpi.core.state import BackboneState
@@ -45,13 +47,17 @@ class Server:
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
         self.parties = setting.parties
         self.run_dir = run_dir
+        schema = dict(setting.log_schema)
+        if cfg.fed.dp.enabled:
+            schema["extra_tables"] = {**schema.get("extra_tables", {}), "privacy": PRIVACY_COLUMNS}
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
                           parties=self.parties, data=setting.data_description, resume_round=resume_round,
-                          config_changes=config_changes, **setting.log_schema)
+                          config_changes=config_changes, **schema)
         self.side = setting.side_work(self)
         self.exchange = setting.exchange(self)
-        self.aggregator = self.algorithm.aggregator()
+        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat)
+        self.privacy = PrivacyReport(cfg, self.aggregator) if cfg.fed.dp.enabled else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
                                self.state.n_trainable)
@@ -95,7 +101,11 @@ class Server:
                         bytes_moved=sum(moved.values()), bytes_up=moved["up"], bytes_down=moved["down"],
                         bytes_intra=moved["intra"], loss=stats.loss, party_images_per_s=party_ips,
                         **self.side.round_columns())
-        self.progress.line(r, stats.loss, images / round_time, wall_time, note=self.side.progress_note())
+        note = self.side.progress_note()
+        if self.privacy:
+            self.log.append("privacy", **self.privacy.row(r))
+            note = f"{note}  {self.privacy.note()}" if note else self.privacy.note()
+        self.progress.line(r, stats.loss, images / round_time, wall_time, note=note)
         bad = dict(zip(self.parties, stats.bad_records.tolist()))
         if stats.bad_records.any() and bad != self.bad_records:
             self.bad_records = bad
@@ -107,6 +117,7 @@ class Server:
         self.side.flush_evaluations()
         tree = {"theta": self.theta, "algorithm": self.algo_state, "wall_time": wall_time,
                 "side_work": self.side.state_dict(), "exchange": self.exchange.state_dict(),
+                "aggregator": self.aggregator.state_dict(),
                 "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
         if self.w is not None:
             tree["w"] = self.w
@@ -122,6 +133,8 @@ class Server:
             self.w = saved["w"].to(self.w)
         self.side.load_state_dict(saved["side_work"])
         self.exchange.load_state_dict(saved["exchange"])
+        if saved.get("aggregator"):          # none before issue 25, and none kept by a stateless aggregator
+            self.aggregator.load_state_dict(saved["aggregator"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
         restore_rng(saved["rng"])
@@ -136,7 +149,8 @@ class Server:
         self.log.close()
         skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
                    if self.bad_records else "")
-        self.progress.summary(self.run_dir / "log.h5", extra=skipped + self.side.summary())
+        privacy = self.privacy.summary() if self.privacy else ""
+        self.progress.summary(self.run_dir / "log.h5", extra=skipped + privacy + self.side.summary())
 
 
 def upgrade_server_part(saved: dict) -> dict:

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedmpi.aggregation.dp import clip_into
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
 from fedmpi.crossdevice.client_state import StateLayout
@@ -22,11 +23,12 @@ def client_seed(seed: int, r: int, k: int) -> int:
 class LocalTrainer:
     """`down`: the global payload [Theta | the rule's down payloads] the clients start from (the trainer rank
     receives into down.flat); `up`: the upload [theta_k | up payloads] of the client just trained; `shared`: the
-    rule's global_state (rebuilt by on_global, one per rank); `layout`: the rule's per-client state, if any."""
+    rule's global_state (rebuilt by on_global, one per rank); `layout`: the rule's per-client state, if any;
+    `clip`: fed.dp's C when DP is on (each client's update clipped and counted once, fedmpi/aggregation/dp.py)."""
 
     def __init__(self, model: torch.nn.Module, state, algorithm, data: ClientData, *, epochs: int, batch_size: int,
-                 seed: int, augment: bool, device, dtype):
-        self.model, self.state, self.algorithm, self.data = model, state, algorithm, data
+                 seed: int, augment: bool, device, dtype, clip: float | None = None):
+        self.model, self.state, self.algorithm, self.data, self.clip = model, state, algorithm, data, clip
         self.epochs, self.batch_size, self.seed, self.augment = epochs, batch_size, seed, augment
         self.device, self.dtype = device, dtype
         self.down = Payloads(state, algorithm.down, device, dtype)
@@ -47,8 +49,12 @@ class LocalTrainer:
         loss_sum, images = 0.0, 0
         for i, k in enumerate(clients):
             loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
-            out[:-1].add_(self.up.flat.to(torch.float64), alpha=n)
-            out[-1] += n
+            if self.clip is None:
+                out[:-1].add_(self.up.flat.to(torch.float64), alpha=n)
+                out[-1] += n
+            else:       # DP's rules have no payloads: the upload is theta_k, the reference Theta
+                clip_into(out[:-1], self.up.flat, self.down.theta, self.clip)
+                out[-1] += 1
             loss_sum += loss * n
             images += n * self.epochs
         return out, {"clients": len(clients), "weight": float(out[-1]), "loss_sum": loss_sum, "images": images}

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def clients_per_round(population: int, fraction: float) -> int:
-    """max(floor(C M), 1) (Hsu et al., Algorithm 1)."""
-    return max(int(np.floor(fraction * population + 1e-9)), 1)
+from fedmpi.config.clients import clients_per_round
 
 
 class ClientSampler:

@@ -28,7 +28,8 @@ class ClientTrainer:
         self.state = BackboneState(model)
         self.local = LocalTrainer(model, self.state, build_algorithm(cfg), data, epochs=cfg.clients.epochs,
                                   batch_size=cfg.optim.batch_size, seed=cfg.run.seed, augment=cfg.clients.augment,
-                                  device=ctx.device, dtype=ctx.dtype)
+                                  device=ctx.device, dtype=ctx.dtype,
+                                  clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None)
         self.previous = self.local.down.theta.clone()
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:

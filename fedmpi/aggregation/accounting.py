@@ -1,0 +1,25 @@
+"""Privacy accounting of DP-FedAvg with Google's dp-accounting library, RDP accountant (Mironov 2017; the
+moments accountant of McMahan et al. 2018 and the one TensorFlow Federated and Opacus report with): each round
+is one Gaussian mechanism of noise multiplier z on the clipped updates, Poisson-subsampled at rate q where only
+a fraction of the clients takes part (q = 1 in the silo setting: every party, every round)."""
+from __future__ import annotations
+
+import dp_accounting
+
+ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128, 256, 512, 1024]
+
+
+def round_event(noise_multiplier: float, sampling_rate: float = 1.0):
+    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+    return gaussian if sampling_rate >= 1.0 else dp_accounting.PoissonSampledDpEvent(sampling_rate, gaussian)
+
+
+def epsilon(rounds: int, noise_multiplier: float, delta: float, sampling_rate: float = 1.0) -> float:
+    """ε at δ after `rounds` rounds (0 before the first; inf without noise)."""
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return float("inf")
+    accountant = dp_accounting.rdp.RdpAccountant(ORDERS)
+    accountant.compose(round_event(noise_multiplier, sampling_rate), rounds)
+    return float(accountant.get_epsilon(delta))
