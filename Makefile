@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu bytecode
+.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu bytecode gpu-check
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -57,6 +57,12 @@ eval-demo: $(STAMP) bytecode
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP) bytecode
 	$(PY) -m pytest tests -q -ra -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The GPU path in one command of at most 8 minutes (bench/gpu_check.py): trainer vs plain-PyTorch throughput,
+# the sharded classifier on CUDA, a 3-rank run on one GPU resumed bitwise, the startup and FV benchmarks on the
+# cores. Without a GPU it runs the CPU parts (scaled down below 8 cores) and says why the GPU parts are skipped.
+gpu-check: $(STAMP) bytecode
+	$(PY) -m bench.gpu_check $(ARGS)
 
 # Hsu et al.'s table at CPU scale (docs/results/README.md): M = 40 clients of 50 synthetic images, C = 0.25, B = 10,
 # E = 1, 20 rounds; alpha in {100, 1, 0.1, 0}; FedAvg at client lr 0.05 and FedAvgM beta = 0.9 at 0.005 (equal

@@ -1,8 +1,9 @@
 """Entry point: `mpirun -n 17 python -m fedmpi.run [--config F] [key=value ...]`.
 
-Every rank parses the config and checks the layout against the MPI world size before anything else; then
-rank 0 prepares the data (generates the synthetic sets when they are missing), torch.distributed is set up
-through MPI, and each rank runs its role inside the failure guard.
+Every rank parses the config and checks the layout against the MPI world size before anything else; then the
+missing synthetic sets are generated (by several ranks at once, fedmpi/data/preparation.py), rank 0 checks and
+describes the data, torch.distributed is set up through MPI, and each rank runs its role inside the failure
+guard.
 """
 from __future__ import annotations
 
@@ -147,8 +148,11 @@ def main(argv=None) -> int:
 
     def work() -> int:
         from fedmpi.core.context import build_context
+        from fedmpi.data.preparation import generate_missing
         from fedmpi.fv.validator import needs_validation_sets, prepare_validation_data
 
+        if not cfg.cross_device:  # the missing synthetic sets, written by several ranks at once
+            generate_missing(cfg, layout, mpi, validation=needs_validation_sets(cfg))
         description = prepare_data(cfg, layout) if rank == SERVER else None
         if rank == SERVER and needs_validation_sets(cfg):
             prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier

@@ -11,7 +11,8 @@ from fedmpi.aggregation.aggregators import Aggregator
 
 class ServerStep:
     """`down`, `mean`: the Payloads of the global payload [Θ | down payloads] and of the combination
-    [θ | up payloads]; `state`: the rule's server state (init_server_state's)."""
+    [θ | up payloads] (None for a rule whose step is the combination itself); `state`: the rule's server state
+    (init_server_state's)."""
 
     def __init__(self, algorithm, aggregator: Aggregator, down, mean, state: dict, n_trainable: int):
         self.algorithm, self.aggregator = algorithm, aggregator

@@ -4,6 +4,7 @@
                  local_step(params, grads, rnd, state)    one backbone step of the K local steps
                  end_round(params, rnd, state)            fill the up payloads (rnd.up) after the K steps
                  on_global(previous, new, lr, state)      the new global Θ arrived (PFM rebuilds M, eq. 6)
+                 previous_global(state, like)             where `previous` is kept (None: on_global reads none)
   server side    init_server_state(theta)                 state kept across rounds (checkpointed)
                  server_update(theta, mean, state)        Θ from Σ w_i θ_i (and the up payloads' weighted
                                                           means), in place; down payloads live in state
@@ -97,6 +98,13 @@ class Algorithm:
 
     def on_global(self, previous: torch.Tensor, new: torch.Tensor, lr: float, state: dict) -> None:
         """Called on every trainer after a round with the previous and new global parameters (flat)."""
+
+    def previous_global(self, state: dict, like: torch.Tensor) -> torch.Tensor | None:
+        """Where a trainer keeps the previous Θ's trainable values (flat, like `like`) for on_global: None when
+        on_global reads none (nothing is kept); PFM lends M's own memory, which eq. 6 rebuilds from it."""
+        if type(self).on_global is Algorithm.on_global:
+            return None
+        return torch.empty_like(like)
 
     # ---- server side
     def init_server_state(self, theta: torch.Tensor, down: dict[str, torch.Tensor] | None = None) -> dict:

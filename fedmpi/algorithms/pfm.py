@@ -47,3 +47,7 @@ class PFM(Algorithm):
     def on_global(self, previous, new, lr, state):
         # eq. 6: M_r = beta*M_{r-1} + G_r = (Theta_{r-1} - Theta_r) / eta_r
         torch.sub(previous, new, out=state["global_momentum"]).div_(lr)
+
+    def previous_global(self, state, like):
+        """M itself: after the round's local steps M is read no more until eq. 6 rewrites it from Θ_{r-1}."""
+        return state["global_momentum"]

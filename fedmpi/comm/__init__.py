@@ -78,12 +78,16 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         return _STATE["backend"]
     if backend in (None, "auto"):
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    world_backend = backend
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise RuntimeError("backend nccl requested but CUDA is not available on this rank")
         gpu = local_rank(comm) % torch.cuda.device_count()
         torch.cuda.set_device(gpu)
         _STATE["device"] = torch.device("cuda", gpu)
+        _STATE["gpus"] = comm.allgather((socket.gethostname(), gpu))   # (node, GPU) of every rank
+        if len(set(_STATE["gpus"])) < len(_STATE["gpus"]):
+            world_backend = "gloo"  # NCCL refuses a communicator with two ranks on one GPU (see new_group)
     else:
         _STATE["device"] = torch.device("cpu")
     use_mpi_interface()
@@ -94,12 +98,12 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         address = None
     host, port = comm.bcast(address, root=0)
     dist.init_process_group(
-        backend,
+        world_backend,
         init_method=f"tcp://{host}:{port}",
         world_size=comm.Get_size(),
         rank=comm.Get_rank(),
         timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
-        device_id=_STATE["device"] if backend == "nccl" else None,
+        device_id=_STATE["device"] if world_backend == "nccl" else None,
     )
     _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
     return backend
@@ -113,10 +117,27 @@ def backend() -> str | None:
     return _STATE["backend"]
 
 
+def group_backend(ranks: Sequence[int]) -> str | None:
+    """The backend of a group over `ranks`: the run's, except that with NCCL a group whose ranks share a GPU
+    (several ranks on a node with fewer GPUs) gets gloo, which NCCL leaves no choice about: it refuses two ranks
+    on one GPU. gloo moves CUDA tensors through host memory (broadcast, all-reduce, gather, all-gather)."""
+    if _STATE["backend"] != "nccl":
+        return None
+    gpus = [_STATE["gpus"][r] for r in ranks]
+    return "nccl" if len(set(gpus)) == len(gpus) else "gloo"
+
+
 def new_group(ranks: Sequence[int]):
     """A torch.distributed group over the given world ranks, with the run's collective timeout (set by
-    `init_torch_distributed`). Every rank must call this, in the same order."""
-    return dist.new_group(ranks=sorted(ranks), timeout=datetime.timedelta(seconds=collective_timeout_s()))
+    `init_torch_distributed`). Every rank must call this, in the same order. Where ranks of the group share a
+    GPU, the group is gloo and rank 0 says so once per group."""
+    ranks = sorted(ranks)
+    backend = group_backend(ranks)
+    if backend == "gloo" and mpi_comm().Get_rank() == 0:
+        node, gpu = _STATE["gpus"][ranks[0]]
+        print(f"note: group of ranks {', '.join(map(str, ranks))} uses gloo, not NCCL: ranks share a GPU "
+              f"(e.g. GPU {gpu} on {node}), and NCCL refuses two ranks on one GPU", flush=True)
+    return dist.new_group(ranks=ranks, timeout=datetime.timedelta(seconds=collective_timeout_s()), backend=backend)
 
 
 def collective_timeout_s() -> float:

@@ -11,12 +11,15 @@ from fedmpi.core.state import BackboneState
 class Payloads:
     """One flat buffer `[θ (D) | payload 1 (n) | ...]` and its named parts (n = trainable values)."""
 
-    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype):
-        D, n = state.numel, state.n_trainable
-        self.flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
-        self.theta = self.flat[:D]
-        self.trainable = self.flat[:n]
-        self.extra = {name: self.flat[D + i * n: D + (i + 1) * n] for i, name in enumerate(names)}
+    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype, with_theta: bool = True):
+        """with_theta=False: the payloads only (`flat`, `theta` and `trainable` are None), for a trainer rank that
+        fills the rule's up payloads but does not send θ (a party's ranks other than its leader)."""
+        D, n = (state.numel if with_theta else 0), state.n_trainable
+        flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
+        self.flat = flat if with_theta else None
+        self.theta = flat[:D] if with_theta else None
+        self.trainable = flat[:n] if with_theta else None
+        self.extra = {name: flat[D + i * n: D + (i + 1) * n] for i, name in enumerate(names)}
 
     def as_params(self, like: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
         return {name: views(flat, like) for name, flat in self.extra.items()}

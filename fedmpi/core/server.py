@@ -38,7 +38,10 @@ class Server:
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
         self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
-        self.mean = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype)
+        self.up_numel = self.state.numel + self.state.n_trainable * len(self.algorithm.up)
+        # Σ w_i u_i before the server update; a rule whose step is the average itself has it formed straight into Θ
+        self.mean = (None if self.algorithm.server_averages
+                     else Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype))
         self.theta = self.down.theta
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)

@@ -106,7 +106,7 @@ class CrossDeviceSetting:
     def exchange(self, server) -> ClientExchange:
         self.state = server.state
         store = client_store(server.algorithm, server.state.trainable)
-        return ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.mean.flat.numel(), server.log, store)
+        return ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.up_numel, server.log, store)
 
 
 def run_client_server(ctx, run_dir, resume=None) -> int:

@@ -130,13 +130,47 @@ def validation_params(data_cfg) -> dict:
             "jpeg_quality": JPEG_QUALITY}
 
 
+def validation_folder(data_cfg) -> Path:
+    return Path(data_cfg.root) / f"val-{_digest(validation_params(data_cfg))}"
+
+
+def write_pair_set(params: dict, name: str, folder: Path) -> list[str]:
+    """Write the synthetic set `name` as folder/<name>.bin; returns its identity keys (for meta.json)."""
+    images, same, identity = generate_pairs(name, params["pairs_per_fold"], params["image_size"], params["seed"])
+    write_bin(folder / f"{name}.bin", encode(_as_tensors(images), quality=params["jpeg_quality"]), same)
+    return [f"{int(k):016x}" for k in identity]
+
+
+def _write_pairs_meta(params: dict, keys: dict, folder: Path) -> None:
+    (folder / "meta.json").write_text(json.dumps({**params, "identity_keys": keys}, indent=1))
+
+
 def _write_synthetic_pairs(params: dict, tmp: Path) -> None:
-    keys = {}
-    for name in params["sets"]:
-        images, same, identity = generate_pairs(name, params["pairs_per_fold"], params["image_size"], params["seed"])
-        write_bin(tmp / f"{name}.bin", encode(_as_tensors(images), quality=params["jpeg_quality"]), same)
-        keys[name] = [f"{int(k):016x}" for k in identity]
-    (tmp / "meta.json").write_text(json.dumps({**params, "identity_keys": keys}, indent=1))
+    _write_pairs_meta(params, {name: write_pair_set(params, name, tmp) for name in params["sets"]}, tmp)
+
+
+def stage_pair_set(data_cfg, name: str, staging: Path) -> None:
+    """One set of the synthetic validation folder, written into `staging` by one of several ranks
+    (fedmpi/data/preparation.py); `assemble_pair_sets` then moves them into place."""
+    staging.mkdir(parents=True, exist_ok=True)
+    keys = write_pair_set(validation_params(data_cfg), name, staging)
+    (staging / f"{name}.keys.json").write_text(json.dumps(keys))
+
+
+def assemble_pair_sets(data_cfg, staging: Path) -> Path:
+    """The validation folder from the sets staged by `stage_pair_set` (the same files a single writer makes)."""
+    params = validation_params(data_cfg)
+
+    def fill(tmp: Path) -> None:
+        keys = {}
+        for name in params["sets"]:
+            os.replace(staging / f"{name}.bin", tmp / f"{name}.bin")
+            keys[name] = json.loads((staging / f"{name}.keys.json").read_text())
+        _write_pairs_meta(params, keys, tmp)
+
+    folder = _write_atomically(validation_folder(data_cfg), fill)
+    shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def prepare_validation_sets(data_cfg) -> dict[str, Path]:
@@ -147,8 +181,7 @@ def prepare_validation_sets(data_cfg) -> dict[str, Path]:
         if unknown:
             raise ValueError(f"data.val_sets: no synthetic set named {unknown[0]!r} (known: {', '.join(PAIR_SETS)})")
         params = validation_params(data_cfg)
-        folder = Path(data_cfg.root) / f"val-{_digest(params)}"
-        _write_atomically(folder, lambda tmp: _write_synthetic_pairs(params, tmp))
+        folder = _write_atomically(validation_folder(data_cfg), lambda tmp: _write_synthetic_pairs(params, tmp))
     elif data_cfg.val_kind == "bin":
         folder = Path(data_cfg.val_path)
         missing = [str(folder / f"{n}.bin") for n in names if not (folder / f"{n}.bin").is_file()]

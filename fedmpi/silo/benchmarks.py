@@ -57,7 +57,7 @@ class Benchmarks:
         check_roots(cfg)
         from fedmpi.models.backbone import build_backbone
 
-        options = dict(batch_size=cfg.eval.batch_size, device=device, workers=cfg.data.workers,
+        options = dict(batch_size=cfg.eval.batch_size, device=device, workers=cfg.data.loader_workers(device),
                        cache_bytes=CACHE_BYTES)
         protocols = [build_protocol(name, synthetic_root(cfg, name) if root == SYNTHETIC else Path(root),
                                     cfg.data.image_size, **options) for name, root in sets.items()]

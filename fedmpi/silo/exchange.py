@@ -1,8 +1,9 @@
 """The round's exchange, as flat buffers over torch.distributed (see docs/ARCHITECTURE.md, "The round loop").
 
 An upload is `[θ_i (D) | the rule's up payloads (n each)]`, the global payload `[Θ (D) | down payloads]`.
-Up:   party leaders -> server, a gather over the leaders group into a [P+1, D_up] buffer kept across rounds
-      (two alternating when FV reads the previous round's rows while the next gather lands).
+Up:   party leaders -> server over the leaders group into a [P, D_up] buffer kept across rounds (two alternating
+      when FV reads the previous round's rows while the next land): on CPU each upload received straight into
+      its row, on GPUs a gather.
 Down: server -> leaders (broadcast over the leaders group), then leader -> its party's ranks (broadcast over
       the party group, which stays inside the party's nodes).
 Statistics: every trainer rank sends its round's numbers to the server over MPI.
@@ -30,27 +31,35 @@ class SiloExchange:
     def __init__(self, ctx: Context, up_numel: int, down_numel: int, kept: int = 0):
         self.ctx = ctx
         P = len(ctx.layout.parties)
-        self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device, lead=1)
-                         for _ in range(1 + kept)]
+        self._point_to_point = uploads_point_to_point(ctx)
+        self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device,
+                                   lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
+        self._leaders = [p.leader for p in ctx.layout.parties]
         self._next = 0
         self._latest: PartyRows | None = None
-        self._work = None
+        self._work: list = []
         self._sizes = (up_numel, down_numel)
 
     def post(self, r: int) -> None:
         into = self._buffers[self._next]
         self._pending = into
-        self._work = dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER,
-                                 group=self.ctx.groups.leaders, async_op=True)
+        leaders = self.ctx.groups.leaders
+        if self._point_to_point:
+            self._work = [dist.irecv(row, src=leader, group=leaders)
+                          for row, leader in zip(into.rows.unbind(0), self._leaders)]
+        else:
+            self._work = [dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER, group=leaders,
+                                      async_op=True)]
 
     def is_complete(self) -> bool:
-        return self._work.is_completed()
+        return all(work.is_completed() for work in self._work)
 
     def wait(self) -> None:
         leaders = comm.group_label("leaders", self.ctx.groups.leaders)
         with comm.naming_failures(f"gather of the uploads over {leaders}"):
-            self._work.wait()
-        self._latest, self._work = self._pending, None
+            for work in self._work:
+                work.wait()
+        self._latest, self._work = self._pending, []
         self._next = (self._next + 1) % len(self._buffers)
 
     @property
@@ -101,9 +110,19 @@ class SiloExchange:
 # ---------------------------------------------------------------- the trainer's side
 
 
+def uploads_point_to_point(ctx: Context) -> bool:
+    """On CPU (gloo) each upload is received straight into its row: gloo's gather stages all rows, the server's
+    own included, in a temporary [P+1, D_up] of its own every round. On GPUs a gather (NCCL's receives into the
+    rows; gloo, where ranks share a GPU, has no send/receive of CUDA tensors)."""
+    return ctx.device.type == "cpu"
+
+
 def send_local(ctx: Context, upload: torch.Tensor) -> None:
     with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', ctx.groups.leaders)}"):
-        dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+        if uploads_point_to_point(ctx):
+            dist.send(upload, dst=SERVER, group=ctx.groups.leaders)
+        else:
+            dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
 
 
 def broadcast_global(ctx: Context, down: torch.Tensor) -> None:

@@ -1,7 +1,7 @@
 """The party's mean backbone gradient on CPU, what DistributedDataParallel gives a multi-rank party: after backward,
-each rank's gradients times 1/n go into one flat buffer kept across steps, one all-reduce (sum) over the party
-group, and back into the gradients. DDP is not used because its constructor imports torch._dynamo (1.3 s of CPU
-and 150 MB per rank). What else DDP does is not needed here: the ranks of a party start every round from the same
+each rank's gradients (views of one flat buffer kept across steps, which backward fills) are scaled by 1/n and
+summed over the party group by one all-reduce of that buffer. DDP is not used because its constructor imports
+torch._dynamo (1.3 s of CPU and 150 MB per rank). What else DDP does is not needed here: the ranks of a party start every round from the same
 Θ (the intra-party broadcast), and the BN running statistics DDP copies from the party's first rank before each
 forward are read nowhere but on that rank (the leader, whose state is the party's upload).
 """
@@ -10,22 +10,28 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fedmpi import comm
+from fedmpi.algorithms.base import views
 
 
 class PartyGradients:
     def __init__(self, params: list[torch.Tensor], group):
         self.params, self.group = list(params), group
         self.scale = 1.0 / dist.get_world_size(group)
-        self.flat = torch.empty(sum(p.numel() for p in self.params), dtype=self.params[0].dtype,
+        self.flat = torch.zeros(sum(p.numel() for p in self.params), dtype=self.params[0].dtype,
                                 device=self.params[0].device)
+        self.grads = views(self.flat, self.params)
+
+    @torch.no_grad()
+    def attach(self) -> None:
+        """Before backward: each gradient is its view of the flat buffer, zeroed, which backward adds into (as
+        DDP's gradient_as_bucket_view does): the gradients and the buffer are one allocation, not two."""
+        self.flat.zero_()
+        for p, g in zip(self.params, self.grads):
+            p.grad = g
 
     @torch.no_grad()
     def average(self) -> None:
-        """Every rank of the party calls this after backward; each gradient becomes the party's mean."""
-        for p in self.params:
-            if p.grad is None:      # unused on this rank: it adds nothing, and receives the party's mean
-                p.grad = torch.zeros_like(p)
-        comm.flatten([p.grad for p in self.params], out=self.flat).mul_(self.scale)
+        """Every rank of the party calls this after backward; each gradient becomes the party's mean (a parameter
+        unused on this rank adds its zeros and receives the party's mean)."""
+        self.flat.mul_(self.scale)
         dist.all_reduce(self.flat, group=self.group)
-        comm.unflatten_into(self.flat, [p.grad for p in self.params])

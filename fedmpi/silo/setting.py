@@ -38,7 +38,7 @@ class SiloSetting:
         return SideWork(self.ctx, server.log, self.parties, initial_weights(self.ctx.cfg, self.ctx.layout))
 
     def exchange(self, server) -> SiloExchange:
-        return SiloExchange(self.ctx, server.mean.flat.numel(), server.down.flat.numel(),
+        return SiloExchange(self.ctx, server.up_numel, server.down.flat.numel(),
                             kept=server.side.uploads_kept)
 
 

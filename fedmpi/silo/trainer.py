@@ -35,14 +35,14 @@ def open_party_dataset(party: Party, data_cfg):
 
 
 def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
-    """Batches of this rank's shard, resumable at any step; a DataLoader with workers for real data."""
+    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
     from fedmpi.data import ShardBatchSampler
 
     sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), cfg.optim.batch_size,
                                 seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.data.workers,
-                                         pin_memory=device.type == "cuda",
-                                         persistent_workers=cfg.data.workers > 0,
+    workers = cfg.data.loader_workers(device)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
+                                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
                                          # its own generator: starting the stream draws nothing from the global
                                          # torch RNG, which a resumed run has just restored
                                          generator=torch.Generator().manual_seed(cfg.data.seed))
@@ -61,9 +61,9 @@ class Trainer:
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
         self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)   # [Θ | down payloads]
-        self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype)       # [θ_i | up payloads]
+        # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
+        self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
         self.global_theta = self.down.theta
-        self.previous_theta = torch.empty_like(self.global_theta)
         receive_global(ctx, self.party, self.down.flat)
         self.state.write(self.global_theta)
         group = ctx.groups.party
@@ -73,6 +73,8 @@ class Trainer:
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
                                           weight_decay=o.weight_decay)  # eq. 1-2
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
+        # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
+        self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
         self.precision = Precision(o.amp, ctx.device)
 
     def _party_model(self, group):
@@ -141,6 +143,8 @@ class Trainer:
                           down=self.down.as_params(params), up=self.up.as_params(params))
 
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
+        if self.party_gradients is not None:
+            self.party_gradients.attach()
         with self.precision.autocast():
             embeddings = self.model(images)
             loss = self.classifier(embeddings, labels)
@@ -164,13 +168,15 @@ class Trainer:
         with comm.naming_failures(f"round {r + 1}"):
             with torch.no_grad():
                 self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
-            self.previous_theta.copy_(self.global_theta)
+            previous = self.previous_global
+            if previous is not None:
+                previous.copy_(self.down.trainable)
             if self.is_leader:
                 self.state.read(self.up.theta)
                 send_local(self.ctx, self.up.flat)
             receive_global(self.ctx, self.party, self.down.flat)
-            n = self.state.n_trainable
-            self.algorithm.on_global(self.previous_theta[:n], self.global_theta[:n], rnd.lr, self.algo_state)
+            if previous is not None:
+                self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
             self.state.write(self.global_theta)
 
     def checkpoint_parts(self) -> dict:

@@ -1,0 +1,119 @@
+"""The trainer's step against a plain PyTorch loop of the same model, head and batch on one GPU (for
+bench/gpu_check.py; needs CUDA).
+
+The trainer is fedmpi's own (silo/trainer.Trainer, built for the first rank of a one-rank party in a one-rank
+NCCL world: its setup broadcast is then a no-op); its step is `Trainer.step` (bf16 autocast, backward, the rule's
+backbone step, the classifier's momentum SGD). The plain loop: the same backbone and margin head, autocast,
+backward, torch.optim.SGD (momentum, weight decay), zero_grad. Both see one batch of random images kept on the
+GPU, so data loading is left out; each is timed over `steps` steps between two synchronisations, `repeats` times
+alternating with the other, best of each.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+
+def _one_rank_world(device) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            world_size=1, rank=0)
+
+
+def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, device, extra=()):
+    import torch
+
+    from fedmpi.config import load_config
+    from fedmpi.comm.topology import build_layout
+    from fedmpi.core.context import Context, Groups
+    from fedmpi.silo.trainer import Trainer
+
+    cfg = load_config(None, [f"model.backbone={backbone}", "optim.amp=bf16", f"optim.batch_size={batch}",
+                             f"data.image_size={image_size}", f"data.root={data_root}", f"run.device={device.type}",
+                             "parties.ms1m.data.identities=1000", "parties.ms1m.data.images_per_identity=1", *extra])
+    layout = build_layout(cfg)
+    party = layout.parties[0]
+    ctx = Context(cfg, layout, party.leader, Groups(party=None, leaders=None, validators=None), None, device,
+                  torch.float32)
+    return Trainer(ctx), cfg
+
+
+def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int = 20, repeats: int = 3,
+            data_root: Path = Path("/tmp/gpu_check/data"), device: str = "cuda", extra=()) -> dict:
+    """{'trainer', 'plain': images/s; 'trainer_peak_gb', 'plain_peak_gb': GPU memory each adds beyond the
+    resident models at its peak (0 on CPU)}. `extra`: config overrides (a CPU smoke test shrinks the model)."""
+    import torch
+
+    from fedmpi.models import build_classifier
+    from fedmpi.models.iresnet import iresnet
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device.index or 0)
+        device = torch.device("cuda", torch.cuda.current_device())
+    _one_rank_world(device)
+    trainer, cfg = build_trainer(backbone, batch, image_size, data_root, device, extra)
+    classes = trainer.dataset.num_classes
+    g = torch.Generator(device="cpu").manual_seed(0)
+    images = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
+    labels = torch.randint(0, classes, (batch,), generator=g).to(device)
+    rnd = trainer.local_round(cfg.optim.lr)
+
+    def trainer_step():
+        trainer.step(images, labels, rnd)
+
+    m = cfg.model
+    torch.manual_seed(cfg.run.seed)
+    net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=image_size, width=m.width,
+                  dropout=m.dropout).to(device)
+    head = build_classifier(classes, m.embedding_size, kind=m.head, scale=m.scale, margin=cfg.margin,
+                            seed=cfg.run.seed + 1).to(device)
+    opt = torch.optim.SGD([*net.parameters(), *head.parameters()], lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                          weight_decay=cfg.optim.weight_decay)
+
+    def plain_step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = head(net(images), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def peak_gb(step) -> float:
+        """GPU memory the loop adds at its peak beyond what was allocated before it (warm-up steps)."""
+        sync()
+        resident = torch.cuda.memory_allocated() if cuda else 0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(5):
+            step()
+        sync()
+        return (torch.cuda.max_memory_allocated() - resident) / 1024 ** 3 if cuda else 0.0
+
+    def rate(step) -> float:
+        sync()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        return steps * batch / (time.perf_counter() - t)
+
+    result = {"trainer_peak_gb": peak_gb(trainer_step), "plain_peak_gb": peak_gb(plain_step)}
+    best = {"trainer": 0.0, "plain": 0.0}
+    for _ in range(repeats):
+        best["plain"] = max(best["plain"], rate(plain_step))
+        best["trainer"] = max(best["trainer"], rate(trainer_step))
+    return {**result, **best}

@@ -1,0 +1,87 @@
+"""bench/gpu_check.py where no GPU is: the GPU checks skipped in one line, the verdicts on known numbers, the
+budget, and the GPU scripts' code paths run on CPU (the trainer-vs-plain comparison, the sharded classifier)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from bench import gpu_check
+from jobs.mpirun import ROOT, mpi_env, mpirun
+
+
+def test_without_a_gpu_the_gpu_checks_are_skipped_in_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(gpu_check, "gpu_missing", lambda: "torch sees no CUDA device")
+    code = gpu_check.main(["--only", "throughput-ir50", "sharded-classifier", "resume-one-gpu", "--out", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    said = [line for line in out if "skipped" in line.lower()]
+    assert said[0] == "GPU checks skipped: torch sees no CUDA device" and len(said) == 2
+    assert said[1].startswith("gpu-check: 0 passed, 0 failed, 3 skipped (no GPU), ")
+
+
+def test_throughput_verdict_against_the_goal():
+    assert gpu_check.ratio_verdict(980.0, 1000.0) == (
+        "PASS", "trainer 980 img/s vs plain 1000 img/s: 0.980x (goal >= 0.98x)")
+    assert gpu_check.ratio_verdict(979.0, 1000.0)[0] == "FAIL"
+    assert gpu_check.ratio_verdict(5.0, 0.0)[0] == "FAIL"
+
+
+def test_a_check_past_the_budget_or_failing_fails_the_command(monkeypatch, capsys, tmp_path):
+    assert gpu_check.main(["--only", "startup", "--budget-s", "10", "--out", str(tmp_path)]) == 1
+    assert "NOT RUN startup: 0 s spent, about 90 s more would pass the budget of 10 s" in capsys.readouterr().out
+
+    def broken(args):
+        raise RuntimeError("NCCL error: unhandled system error")
+
+    monkeypatch.setattr(gpu_check, "CHECKS", [gpu_check.Check("broken", False, broken, 1)])
+    assert gpu_check.main(["--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL broken" in out and "RuntimeError: NCCL error: unhandled system error" in out
+    assert "gpu-check: 0 passed, 1 failed (broken)" in out
+
+
+def fake_run(folder, theta, w):
+    folder.mkdir()
+    torch.save({"theta": theta}, folder / "final.pt")
+    with h5py.File(folder / "log.h5", "w") as f:
+        f.create_group("rounds").create_dataset("loss", data=np.array([[1.0, 2.0], [0.5, 0.25]]))
+        f.create_group("fv").create_dataset("w", data=np.asarray(w))
+
+
+def test_runs_compared_bit_for_bit(tmp_path):
+    theta = torch.linspace(0, 1, 7)
+    fake_run(tmp_path / "a", theta, [[0.5, 0.5]])
+    fake_run(tmp_path / "b", theta.clone(), [[0.5, 0.5]])
+    fake_run(tmp_path / "c", theta + torch.tensor([0, 0, 0, 1e-7, 0, 0, 0]), [[0.5, 0.5 + 1e-16]])
+    assert gpu_check.compare_runs(tmp_path / "a", tmp_path / "b") == []
+    assert gpu_check.compare_runs(tmp_path / "a", tmp_path / "c") == ["final theta (max |diff| 1.192e-07)", "fv/w"]
+    assert gpu_check.bitwise_verdict([]).status == "PASS"
+    assert gpu_check.bitwise_verdict(["fv/w"]).lines == ["differs: fv/w"]
+
+
+def test_trainer_and_plain_loop_run_on_cpu(tmp_path):
+    """The comparison's code path (a Trainer of a one-rank party in a one-rank world, the plain loop), on CPU."""
+    script = ("import json, sys; from bench.gpu_throughput import compare; print(json.dumps(compare('ir18', "
+              "batch=4, image_size=32, steps=1, repeats=1, data_root=sys.argv[1], device='cpu', "
+              "extra=['model.width=0.125', 'model.embedding_size=16', 'parties.ms1m.data.identities=20'])))")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=mpi_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["trainer"] > 0 and result["plain"] > 0 and result["trainer_peak_gb"] == 0.0
+
+
+@pytest.mark.parametrize("ranks", [2])
+def test_sharded_classifier_script_on_cpu(ranks):
+    proc = mpirun(ranks, [str(ROOT / "bench" / "gpu_classifier.py"), "--classes", "50", "--embedding", "32",
+                          "--batch", "8"], timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == ranks and all(line.endswith("  ok") for line in lines)
+    assert lines[0].startswith("rank 0 on cpu (gloo group), classes 0..24: loss max |diff|")
