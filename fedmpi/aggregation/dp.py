@@ -47,10 +47,12 @@ class GaussianMean(Aggregator):
         self.z = (update_noise_multiplier(options.noise_multiplier, self.count_noise) if options.adaptive
                   else options.noise_multiplier)
         self.generator = torch.Generator().manual_seed(options.seed)
-        self.work = torch.empty_like(reference)
+        self.work: torch.Tensor | None = None     # the silo's [D_up] scratch, made on the first round
         self.last = {"clip": self.clip, "noise_std": 0.0, "unclipped": float("nan")}
 
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if self.work is None:
+            self.work = torch.empty_like(self.reference)
         rows, ref, work = uploads.rows, self.reference, self.work
         norms = torch.stack([torch.linalg.vector_norm(torch.sub(row, ref, out=work), dtype=torch.float64)
                              for row in rows])
@@ -59,13 +61,16 @@ class GaussianMean(Aggregator):
         coef = w.to(torch.float64) * scale
         torch.mv(rows.t(), coef.to(rows.dtype), out=work)
         work.add_(ref, alpha=float(1.0 - coef.sum()))
-        std = self.z * self.clip * float(w.max())
-        work.add_(torch.randn(work.shape, generator=self.generator, dtype=work.dtype).to(work.device), alpha=std)
+        self.add_noise(work, self.z * self.clip * float(w.max()))
         out.copy_(work)
-        self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
         if self.options.adaptive:
             self.adapt(norms)
         return out
+
+    def add_noise(self, out: torch.Tensor, std: float) -> None:
+        """out += N(0, std² I) from the seeded generator (drawn on the CPU, so the same on any device)."""
+        out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
+        self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
 
     def adapt(self, norms: torch.Tensor) -> None:
         o = self.options
@@ -90,7 +95,5 @@ class ClientGaussianMean(GaussianMean):
 
     def __call__(self, uploads, w, out: torch.Tensor) -> torch.Tensor:
         uploads.weighted_mean(w, out)
-        std = self.z * self.clip / self.count
-        out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
-        self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
+        self.add_noise(out, self.z * self.clip / self.count)
         return out

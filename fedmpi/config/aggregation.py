@@ -115,13 +115,7 @@ def refusal(cfg, rule) -> str:
 
 def validate_aggregation(cfg, fail) -> dict:
     """fed.aggregation checked and resolved (the rule's defaults included, as the log keeps it)."""
-    section = dict(cfg.fed.aggregation)
-    name = section.pop("rule", "mean")
-    try:
-        cls = aggregator_class(name)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    options = build_section(cls.Options, section, "fed.aggregation")
+    name, cls, options = aggregation_rule(cfg)
     if cls.needs_uploads:
         if cfg.cross_device:
             fail("fed.aggregation.rule", f"{name} looks at every upload; the cross-device setting sums the "
@@ -140,12 +134,20 @@ def build_aggregator(cfg, algorithm, reference):
     if cfg.fed.dp.enabled:
         kind = ClientGaussianMean if cfg.cross_device else GaussianMean
         return kind(cfg.fed.dp, reference, uploads(cfg))
+    name, cls, options = aggregation_rule(cfg)
+    return algorithm.aggregator() if name == "mean" else cls(options)
+
+
+def aggregation_rule(cfg):
+    """(name, class, options) of fed.aggregation: the rule's name, its class in the registry and its Options
+    built from the section's other keys."""
     section = dict(cfg.fed.aggregation)
     name = section.pop("rule", "mean")
-    if name == "mean":
-        return algorithm.aggregator()
-    cls = aggregator_class(name)
-    return cls(build_section(cls.Options, section, "fed.aggregation"))
+    try:
+        cls = aggregator_class(name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return name, cls, build_section(cls.Options, section, "fed.aggregation")
 
 
 def _rule_class(cfg):
