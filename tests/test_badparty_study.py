@@ -3,6 +3,8 @@ bad party, FV schedule, seeds and DP settings) and the per-run lock of the local
 from __future__ import annotations
 
 import fcntl
+import subprocess
+import sys
 
 import pytest
 
@@ -64,3 +66,12 @@ def test_a_run_holds_the_lock_only_while_it_runs(tmp_path):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(lock) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_folder_inside_the_repository_is_planned_with_paths_relative_to_it():
+    out = subprocess.run([sys.executable, "-m", "jobs.reproduce", "badparty", "--scale", "tiny", "--dry-run",
+                          "--folder", str(ROOT / "sweeps" / "plan-only")], capture_output=True, text=True, timeout=60,
+                         cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert "data.root=sweeps/plan-only/data log.dir=sweeps/plan-only/runs log.name=p3-fedface-shuffled-s0" in out.stdout
+    assert str(ROOT) not in out.stdout and not (ROOT / "sweeps" / "plan-only").exists()

@@ -20,9 +20,11 @@ def effective_weights(rows: torch.Tensor, combination: torch.Tensor) -> tuple[to
     minus their mean m and x = combination − m, c − 1/P is the minimum-norm least-squares solution of Aᵀc = x
     (it lies in A's row space, orthogonal to the ones, since the rows of A sum to zero)."""
     gram, products, norm = centred_products(rows, combination)
-    centred = torch.linalg.pinv(gram, hermitian=True) @ products
+    centred = torch.linalg.pinv(gram, hermitian=True, rtol=1e-10) @ products
+    # the ones are in the Gram matrix's null space only up to rounding: what pinv keeps of them goes
+    centred -= centred.mean()
     weights = centred + 1.0 / rows.shape[0]
-    left = float(norm - products @ centred)
+    left = float(norm - 2 * products @ centred + centred @ gram @ centred)     # ‖x − Aᵀc‖²
     return weights, (max(left, 0.0) / float(norm)) ** 0.5 if norm > 0 else 0.0
 
 
