@@ -70,7 +70,7 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
                "runs": [r["name"] for r in rows if r["state"] != "COMPLETED"]}
     cpu_before, start = children_cpu_s(), time.monotonic()
     execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout,
-            extra={"study": study}, lock=args.lock)
+            extra={"study": study}, lock=args.lock, lock_hold_s=args.lock_hold)
     session.update(wall_s=round(time.monotonic() - start, 1),
                    cpu_s=round(children_cpu_s() - cpu_before, 1) if not args.slurm else None,
                    load_after=[round(v, 2) for v in os.getloadavg()])
@@ -101,6 +101,9 @@ def parse_args(argv):
     parser.add_argument("--lock", default=None, metavar="FILE",
                         help="hold this lock file (flock) during each local run only, so that other work on a "
                              "shared machine interleaves between runs (e.g. /tmp/fedmpi-heavy.lock)")
+    parser.add_argument("--lock-hold", type=float, default=0.0, metavar="S",
+                        help="with --lock: keep it across runs until S seconds of holding it have passed, then "
+                             "release it before the next run (default 0: released after every run)")
     parser.add_argument("--dry-run", action="store_true", help="print the planned runs; run nothing")
     parser.add_argument("--report-only", action="store_true", help="write the results file from --folder's logs")
     parser.add_argument("--resume", action="store_true", help="keep the runs an earlier session completed in "

@@ -11,7 +11,7 @@ import pytest
 from fedmpi.config import load_config
 from jobs.badparty_study import SCALES, study
 from jobs.executor import layout_of
-from jobs.local import held
+from jobs.local import LockHolder
 from jobs.site import ROOT
 
 
@@ -59,13 +59,28 @@ def test_the_privacy_curve_clips_as_its_papers_say(cpu):
     assert all(c.cross_device and c.fed.dp.clip == 0.17 and not c.fed.dp.adaptive for c in cross.values())
 
 
-def test_a_run_holds_the_lock_only_while_it_runs(tmp_path):
+def test_runs_hold_the_lock_only_while_they_run_and_release_it_once_the_hold_is_spent(tmp_path):
     lock = str(tmp_path / "heavy.lock")
-    with held(lock), open(lock) as other:
-        with pytest.raises(BlockingIOError):
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    with open(lock) as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def free() -> bool:
+        with open(lock, "a") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+
+    per_run = LockHolder(lock)
+    per_run.acquire()
+    assert not free()
+    per_run.release_if_spent()
+    assert free()
+    batch = LockHolder(lock, hold_s=3600)
+    batch.acquire()
+    batch.release_if_spent()
+    assert not free() and batch.acquire() == 0.0          # still held: the next run does not wait
+    batch.release()
+    assert free()
 
 
 def test_a_folder_inside_the_repository_is_planned_with_paths_relative_to_it():

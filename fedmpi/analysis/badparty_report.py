@@ -38,7 +38,7 @@ class Outcome:
         self.accuracy = 100 * float(np.mean(final)) if final else math.nan   # mean over the held-out sets
         self.fv_w = fv["w"][:, bad] if fv and bad is not None else np.zeros(0)
         self.fv_iterations = len(fv.get("round", ()))
-        self.influence = influence["weights"][:, bad] if influence and bad is not None else np.zeros(0)
+        self.influence = on_simplex_plane(influence["weights"])[:, bad] if influence and bad is not None else np.zeros(0)
         self.epsilon = float(privacy["epsilon"][-1]) if privacy else 0.0
         self.clip = float(privacy["clip"][-1]) if privacy else math.nan
         self.uniform = 1 / len(parties) if parties else math.nan
@@ -50,6 +50,12 @@ class Outcome:
     @property
     def mean_influence(self) -> float:
         return float(self.influence.mean()) if self.influence.size else math.nan
+
+
+def on_simplex_plane(weights: np.ndarray) -> np.ndarray:
+    """Effective weights [rounds, P] moved to sum 1 along the ones (a no-op for logs written since commit 4809fe3;
+    earlier ones kept a rounding-level component along the ones, which is exactly what this removes)."""
+    return weights - (weights.sum(axis=1, keepdims=True) - 1) / weights.shape[1]
 
 
 def read_outcomes(report: Report) -> dict[str, Outcome]:
