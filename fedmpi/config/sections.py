@@ -185,7 +185,6 @@ class FVConfig:
     placement: str = "server"        # server | dedicated
     validators: int = 1              # dedicated validator ranks
     iterations_per_round: int = 0    # > 0: deterministic mode, exactly this many FV iterations per round
-    min_iterations_per_round: int = 0   # adaptive mode: the server waits until at least this many complete
 
     def validate(self, cfg: "Config", fail) -> None:
         if self.enabled and cfg.fed.setting != "federated":
@@ -200,11 +199,6 @@ class FVConfig:
             fail("fv.eps", f"must be > 0, got {self.eps}")
         if self.iterations_per_round < 0:
             fail("fv.iterations_per_round", f"must be >= 0, got {self.iterations_per_round}")
-        if self.min_iterations_per_round < 0:
-            fail("fv.min_iterations_per_round", f"must be >= 0, got {self.min_iterations_per_round}")
-        if self.min_iterations_per_round and self.iterations_per_round:
-            fail("fv.min_iterations_per_round", "is for the adaptive mode; fv.iterations_per_round="
-                                                f"{self.iterations_per_round} already fixes the count")
 
 
 @dataclass

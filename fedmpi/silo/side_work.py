@@ -10,9 +10,7 @@ How many FV iterations a round gets:
     validator, or one hosted set scored), and the server aggregates as soon as the uploads are in; an
     iteration in flight then carries on in the next round's wait with its own θ' (the paper's asynchronous
     search: θ' is fixed for a whole iteration). Trainers wait at most for one hosted set's scoring, and never
-    for dedicated validators; with fv.min_iterations_per_round = m the server keeps on until m iterations
-    completed in the round (where training outpaces FV, the adaptive mode alone completed one iteration in
-    ~8 rounds of FedFace's CPU study, too few for phi to move w).
+    for dedicated validators.
 The first round has no θ' yet (every θ_i equals the initial Θ), so FV starts in the second round. An iteration
 still in flight after the last round is drained (replies collected) and dropped: no aggregation would use it.
 """
@@ -68,13 +66,8 @@ class SideWork:
         # naps that back off while nothing moves: a few dozen wake-ups a second rather than a flat 2 ms's 500,
         # at most MAX_NAP_S late for the uploads
         backoff = Backoff()
-        while self._has_work() and (not complete() or self._owed()):
+        while not complete() and self._has_work():
             backoff.after(self._step(r))
-
-    def _owed(self) -> bool:
-        """Adaptive mode: fewer FV iterations completed this round than fv.min_iterations_per_round."""
-        return (self.fv is not None and self.fv.ready
-                and self.fv.completed_in_round < self.cfg.fv.min_iterations_per_round)
 
     @property
     def uploads_kept(self) -> int:
