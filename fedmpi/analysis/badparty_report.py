@@ -40,6 +40,11 @@ class Outcome:
         self.accuracy = 100 * float(np.mean(final)) if final else math.nan
         self.fv_w = fv["w"][:, bad] if fv and bad is not None else np.zeros(0)
         self.fv_iterations = len(fv.get("round", ()))
+        # what FV sees: per iteration, the least-squares slope of a candidate's mean validation accuracy (points)
+        # against its weight of the bad party, averaged over the iterations
+        slopes = [np.polyfit(c[:, bad], 100 * raw.mean(axis=1), 1)[0]
+                  for c, raw in zip(fv.get("candidates", ()), fv.get("raw_scores", ())) if bad is not None]
+        self.fv_slope = float(np.mean(slopes)) if slopes else math.nan
         self.influence = on_simplex_plane(influence["weights"])[:, bad] if influence and bad is not None else np.zeros(0)
         self.epsilon = float(privacy["epsilon"][-1]) if privacy else 0.0
         self.clip = float(privacy["clip"][-1]) if privacy else math.nan
@@ -82,8 +87,10 @@ def fv_table(outcomes: dict) -> Table:
                    for k in (kind, "clean")}
             acc = [o.accuracy if o else math.nan for o in (bad, twin, avg[kind], avg["clean"])]
             rows.append([kind, seed, bad.fv_iterations, bad.final_w, twin.final_w if twin else math.nan,
-                         bad.final_w - (twin.final_w if twin else math.nan), *acc, acc[0] - acc[2]])
+                         bad.final_w - (twin.final_w if twin else math.nan), bad.fv_slope,
+                         twin.fv_slope if twin else math.nan, *acc, acc[0] - acc[2]])
     return Table(header=["bad party", "seed", "FV iterations", "w_bad final", "clean twin", "difference",
+                         "d score / d w_bad (points)", "clean twin's",
                          "FedFace acc. %", "FedFace clean %", "FedAvg acc. %", "FedAvg clean %",
                          "FedFace - FedAvg (bad party present)"], rows=rows, digits=3,
                  row_digits=None)
