@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu bytecode gpu-check
+.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu badparty-cpu bytecode gpu-check
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -82,3 +82,9 @@ clean:
 # FedFace's Table 1, Fig. 4-6 and a bad-party run at CPU scale (jobs/fedface_study.py) into docs/results/fedface_cpu.md
 fedface-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce fedface --scale cpu $(ARGS)
+
+# A bad party vs FedAvg, FedFace's FV and the robust rules, and DP-FedAvg's privacy-utility curve
+# (jobs/badparty_study.py) into docs/results/badparty_cpu.md; LOCK: a flock file each run holds while it runs
+LOCK ?= /tmp/fedmpi-heavy.lock
+badparty-cpu: $(STAMP) bytecode
+	$(PY) -m jobs.reproduce badparty --scale cpu --folder docs/results/badparty-cpu --lock $(LOCK) $(ARGS)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import fnmatch
+import importlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
 from fedmpi.analysis.sweep_index import read_index, write_index
 from jobs.local import children_cpu_s
@@ -24,7 +26,9 @@ from jobs.site import ROOT, Site, load_site
 from jobs.sweep import execute, planned_rows, print_plan
 from jobs.sweep_plans import RunSpec
 
-STUDIES = {"fedface": (SCALES, study)}
+# study -> (its scales, its runs at a scale, the function that writes its results file from the logs)
+STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
+           "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report")}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
@@ -66,7 +70,7 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
                "runs": [r["name"] for r in rows if r["state"] != "COMPLETED"]}
     cpu_before, start = children_cpu_s(), time.monotonic()
     execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout,
-            extra={"study": study})
+            extra={"study": study}, lock=args.lock, lock_hold_s=args.lock_hold)
     session.update(wall_s=round(time.monotonic() - start, 1),
                    cpu_s=round(children_cpu_s() - cpu_before, 1) if not args.slurm else None,
                    load_after=[round(v, 2) for v in os.getloadavg()])
@@ -94,6 +98,12 @@ def parse_args(argv):
     parser.add_argument("--only", action="append", default=[],
                         help="run only these runs (names or glob patterns, comma-separated; the report then says "
                              "which runs are missing)")
+    parser.add_argument("--lock", default=None, metavar="FILE",
+                        help="hold this lock file (flock) during each local run only, so that other work on a "
+                             "shared machine interleaves between runs (e.g. /tmp/fedmpi-heavy.lock)")
+    parser.add_argument("--lock-hold", type=float, default=0.0, metavar="S",
+                        help="with --lock: keep it across runs until S seconds of holding it have passed, then "
+                             "release it before the next run (default 0: released after every run)")
     parser.add_argument("--dry-run", action="store_true", help="print the planned runs; run nothing")
     parser.add_argument("--report-only", action="store_true", help="write the results file from --folder's logs")
     parser.add_argument("--resume", action="store_true", help="keep the runs an earlier session completed in "
@@ -104,7 +114,7 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    scales, make = STUDIES[args.study]
+    scales, make, report = STUDIES[args.study]
     if args.scale not in scales:
         print(f"error: --scale {args.scale!r}: known scales of {args.study}: {', '.join(scales)}", file=sys.stderr)
         return 2
@@ -117,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = Path(args.folder or ROOT / "sweeps" / f"{args.study}-{args.scale}-{stamp}").resolve()
-    out = Path(args.out or ROOT / "docs" / "results" / f"{args.study}_{args.scale}.md")
+    out = Path(args.out or ROOT / "docs" / "results" / f"{args.study}_{args.scale}.md").resolve()
+    if folder.is_relative_to(ROOT):     # paths relative to the repository in the index, the overrides and the logs
+        os.chdir(ROOT)
+        folder = folder.relative_to(ROOT)
     extra = [o for o in args.overrides] + ([] if any(o.startswith("data.root=") for o in args.overrides)
                                            else [f"data.root={folder / 'data'}"])
     scale = scales[args.scale]
@@ -134,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.report_only:
             run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
-        from fedmpi.analysis.fedface_report import write_report
+        module, function = report.split(":")
+        write_report = getattr(importlib.import_module(module), function)
         write_report(folder, out, scale.rationale,
                      f"`{command_line(argv)}` (commit {git_commit()})" if args.report_only else "")
     except ValueError as exc:

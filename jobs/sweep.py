@@ -148,10 +148,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: bool, wait: bool, timeout_s: float,
-            parallel: int | None = None, extra: dict | None = None) -> bool:
+            parallel: int | None = None, extra: dict | None = None, lock: str | None = None,
+            lock_hold_s: float = 0.0) -> bool:
     """Run planned rows here one after another (local; timeout_s bounds each run) or submit them to Slurm
     (waiting at most timeout_s when `wait`); {folder}/index.json records them, with `extra` keys at its top.
-    Rows already COMPLETED (carried over from an earlier index) are recorded but not run again.
+    Rows already COMPLETED (carried over from an earlier index) are recorded but not run again. `lock`: a file
+    the local runs hold (flock) only while they run, released after each run or once held lock_hold_s seconds
+    (jobs/local.py).
     Returns whether every run completed (False for a submission not waited for)."""
     folder.mkdir(parents=True, exist_ok=True)
     index = {**new_index(name, folder), **(extra or {})}
@@ -159,7 +162,7 @@ def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: boo
     pending = [r for r in rows if r["state"] != "COMPLETED"]
     if local:
         from jobs.local import run_rows_locally
-        run_rows_locally(pending, folder, index, timeout_s)
+        run_rows_locally(pending, folder, index, timeout_s, lock, lock_hold_s)
     else:
         jobs = submit_rows(pending, folder, site, Path(os.getcwd()), parallel, f"fedmpi-{name}")
         path = write_index(folder, index)

@@ -86,10 +86,7 @@ CASES = [uploads_with_outliers(7, 1), uploads_with_outliers(12, 2, seed=3), uplo
 def block(request, monkeypatch):
     """Every rule also over column blocks smaller than the uploads (as IR-18 is split on the server)."""
     if request.param:
-        monkeypatch.setattr(columns, "BLOCK", request.param)
-        import fedmpi.aggregation.krum as krum
-
-        monkeypatch.setattr(krum, "BLOCK", request.param)
+        monkeypatch.setattr(columns, "BLOCK", request.param)      # Krum's Gram matrix is summed by columns too
 
 
 @pytest.mark.parametrize("x", CASES)

@@ -26,3 +26,23 @@ def median_of_sorted(s: torch.Tensor) -> torch.Tensor:
     """The median of each column of sorted values: the middle one, or the mean of the two middle ones (numpy's)."""
     n = s.shape[0]
     return (s[(n - 1) // 2] + s[n // 2]) / 2
+
+
+def centred_products(rows: torch.Tensor, vector: torch.Tensor | None = None):
+    """In float64, a block of columns at a time, with m the mean of the rows: the [P, P] Gram matrix of the rows
+    minus m (the centring keeps near-equal models from cancelling) and, with `vector` [D], the [P] products
+    (rows − m)(vector − m) and ‖vector − m‖²."""
+    P, D = rows.shape
+    gram = torch.zeros(P, P, dtype=torch.float64, device=rows.device)
+    products = torch.zeros(P, dtype=torch.float64, device=rows.device)
+    norm = torch.zeros((), dtype=torch.float64, device=rows.device)
+    for a in range(0, D, BLOCK):
+        block = rows[:, a:a + BLOCK].to(torch.float64)
+        mean = block.mean(dim=0)
+        block = block - mean
+        gram += block @ block.t()
+        if vector is not None:
+            x = vector[a:a + BLOCK].to(torch.float64) - mean
+            products += block @ x
+            norm += x @ x
+    return gram, products, norm

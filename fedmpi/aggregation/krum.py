@@ -9,18 +9,13 @@ from dataclasses import dataclass
 import torch
 
 from fedmpi.aggregation.aggregators import Aggregator
-from fedmpi.aggregation.columns import BLOCK
+from fedmpi.aggregation.columns import centred_products
 
 
 def squared_distances(rows: torch.Tensor) -> torch.Tensor:
     """[P, P] squared Euclidean distances in float64, from the Gram matrix of the rows minus their mean (the
     centring keeps near-equal models from cancelling), a block of columns at a time."""
-    P, D = rows.shape
-    gram = torch.zeros(P, P, dtype=torch.float64, device=rows.device)
-    for a in range(0, D, BLOCK):
-        block = rows[:, a:a + BLOCK].to(torch.float64)
-        block = block - block.mean(dim=0)
-        gram += block @ block.t()
+    gram = centred_products(rows)[0]
     sq = gram.diagonal()
     return (sq[:, None] + sq[None, :] - 2 * gram).clamp_(min=0).fill_diagonal_(0)
 

@@ -18,6 +18,12 @@ class ServerStep:
         self.algorithm, self.aggregator = algorithm, aggregator
         self.down, self.mean, self.state, self.n = down, mean, state, n_trainable
 
+    @property
+    def combination(self) -> torch.Tensor:
+        """Where the last step's aggregator wrote its combination of the uploads (the global payload itself for a
+        rule whose step is the combination)."""
+        return self.down.flat if self.algorithm.server_averages else self.mean.flat
+
     def __call__(self, uploads, w: torch.Tensor, participation: float = 1.0) -> None:
         if self.algorithm.server_averages:
             # Θ is the combination itself (eq. 4): formed straight into the global payload

@@ -32,7 +32,7 @@ def seed_spread_tables(t1_runs, f4_runs, methods: list[str], factor: float):
         for group, party, *values in t1.rows:
             for method, value in zip(columns, values):
                 by_party.setdefault(party, {}).setdefault(method, []).append(value)
-        rows = [[party, *[_pm(by_party[party].get(m, [])) for m in columns]] for party in by_party]
+        rows = [[party, *[mean_half_range(by_party[party].get(m, [])) for m in columns]] for party in by_party]
         spread_t1 = Table(header=["Party", *columns], rows=rows, footnotes=[SEED_NOTE + "."])
     if not f4_runs:
         return spread_t1, empty, []
@@ -45,8 +45,8 @@ def seed_spread_tables(t1_runs, f4_runs, methods: list[str], factor: float):
     for setting, method in dict.fromkeys((base_setting(e), e["method"]) for e in results):
         entries = [e for e in results if base_setting(e) == setting and e["method"] == method]
         per_set = [[dict(zip(e["sets"], e["values"])).get(s, math.nan) for e in entries] for s in sets]
-        rows.append([setting, method, len(entries), *[_pm(v) for v in per_set],
-                     _pm([nan_mean(v) for v in zip(*per_set)])])
+        rows.append([setting, method, len(entries), *[mean_half_range(v) for v in per_set],
+                     mean_half_range([nan_mean(v) for v in zip(*per_set)])])
     spread_f4 = Table(header=["Setting", "Method", "seeds", *sets, "mean"], rows=rows,
                       footnotes=[SEED_NOTE + "; percentage points minus that seed's centralized run."])
     return spread_t1, spread_f4, results
@@ -68,7 +68,8 @@ def base_setting(entry: dict) -> str:
     return split_seed_label(entry["setting"])[0]
 
 
-def _pm(values: list[float]) -> str:
+def mean_half_range(values: list[float]) -> str:
+    """'mean ± half range' of the values that are numbers (one value alone, '-' for none)."""
     values = [v for v in values if not math.isnan(v)]
     if not values:
         return "-"

@@ -83,6 +83,15 @@ class Report:
     def png(self, path: Path, alt: str) -> str:
         return f"![{alt}]({path.name})"
 
+    def write(self) -> Path:
+        """Write the sections to the results file, keeping what follows its HAND_WRITTEN marker."""
+        kept = ""
+        if self.out.is_file() and HAND_WRITTEN in self.out.read_text():
+            kept = self.out.read_text().split(HAND_WRITTEN, 1)[1]
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text("\n".join(self.lines) + "\n" + HAND_WRITTEN + (kept or "\n"))
+        return self.out
+
 
 def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
     """Write the results file `out` (figures beside it) from the study in `folder`; `written_by` names the
@@ -152,12 +161,7 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     report.section("The paper's claims, checked against these numbers", [], started,
                    [render(claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs), "md")],
                    "fedmpi.analysis.fedface_claims over the tables above")
-    kept = ""
-    if out.is_file() and HAND_WRITTEN in out.read_text():
-        kept = out.read_text().split(HAND_WRITTEN, 1)[1]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(report.lines) + "\n" + HAND_WRITTEN + (kept or "\n"))
-    return out
+    return report.write()
 
 
 def weights_section(report: Report, key: str, title: str, alt: str, what: str) -> list:

@@ -153,6 +153,8 @@ def apply_override(data: dict, item: str) -> None:
             raise ConfigError(f"{here}: unknown key")
     if isinstance(node, list):
         raise ConfigError(f"{key}: address a party by name, e.g. parties.NAME.ranks=2")
+    if parts == ["parties"] and isinstance(value, list):   # a later parties.NAME.attack.scale=... finds its section
+        value = [_party_with_defaults(p, f"parties[{i}]") for i, p in enumerate(value)]
     node[parts[-1]] = value
 
 
@@ -180,7 +182,8 @@ def validate(cfg: Config) -> Config:
         fail("parties", "at least one party is needed")
     for i, party in enumerate(cfg.parties):
         party.validate(cfg, fail, i)
-    for section in (cfg.fed, cfg.optim, cfg.data, cfg.model, cfg.fv, cfg.eval, cfg.checkpoint, cfg.run, cfg.clients):
+    for section in (cfg.fed, cfg.optim, cfg.data, cfg.model, cfg.fv, cfg.eval, cfg.checkpoint, cfg.run, cfg.clients,
+                    cfg.log):
         section.validate(cfg, fail)
     if math.isnan(cfg.optim.lr):
         fail("optim.lr", "is NaN")

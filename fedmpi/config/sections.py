@@ -6,6 +6,7 @@ fed.options) are in fed.py, the cross-device clients in clients.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 
@@ -47,10 +48,23 @@ class DataSpec:
 
 
 @dataclass
+class AttackSpec:
+    """What a bad party does to its upload, for robustness studies: the trainable values of θ_i are sent as
+    Θ + scale·(θ_i − Θ) (Θ the round's global model; frozen values and BN statistics are sent as trained).
+    1 is honest, -1 a sign-flipped update, 10 an update scaled up, 0 a free rider sending Θ back."""
+    scale: float = 1.0
+
+    def validate(self, fail, where: str) -> None:
+        if not math.isfinite(self.scale):
+            fail(f"{where}.scale", f"must be a finite number, got {self.scale}")
+
+
+@dataclass
 class PartyConfig:
     name: str = ""
     ranks: int = 1
     data: DataSpec = field(default_factory=DataSpec)
+    attack: AttackSpec = field(default_factory=AttackSpec)
 
     def validate(self, cfg: "Config", fail, i: int) -> None:
         where = f"parties.{self.name or i}"
@@ -61,6 +75,11 @@ class PartyConfig:
         if self.ranks <= 0:
             fail(f"{where}.ranks", f"must be > 0, got {self.ranks}")
         self.data.validate(fail, f"{where}.data")
+        self.attack.validate(fail, f"{where}.attack")
+        if self.attack.scale != 1.0 and (cfg.fed.setting == "centralized" or cfg.cross_device):
+            fail(f"{where}.attack.scale", "only a party of the federated (or solo) layout uploads; "
+                                          f"fed.setting={cfg.fed.setting}"
+                                          f"{' with cross-device clients' if cfg.cross_device else ''} has none")
 
 
 def _three_parties() -> list[PartyConfig]:
@@ -213,6 +232,12 @@ class EvalConfig:
 class LogConfig:
     dir: str = "runs"
     name: str = ""                   # run folder under dir; empty: <method key>-<timestamp> (pfm-..., centralized-...)
+    influence: bool = False          # log each party's effective weight in every round's combination (`influence`)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if self.influence and cfg.cross_device:
+            fail("log.influence", "needs every upload; the cross-device clients' uploads are summed on the "
+                                  "trainer ranks")
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 
 from fedmpi import comm
 from fedmpi.aggregation.aggregators import check_exchange
+from fedmpi.aggregation.influence import Influence, influence_columns
 from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import method_key
 from fedmpi.algorithms.build import build_algorithm
@@ -50,6 +51,8 @@ class Server:
         schema = dict(setting.log_schema)
         if cfg.fed.dp.enabled:
             schema["extra_tables"] = {**schema.get("extra_tables", {}), "privacy": PRIVACY_COLUMNS}
+        if cfg.log.influence:
+            schema["extra_tables"] = {**schema.get("extra_tables", {}), "influence": influence_columns(len(self.parties))}
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
                           parties=self.parties, data=setting.data_description, resume_round=resume_round,
@@ -58,6 +61,7 @@ class Server:
         self.exchange = setting.exchange(self)
         self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat)
         self.privacy = PrivacyReport(cfg, self.aggregator) if cfg.fed.dp.enabled else None
+        self.influence = Influence(self.state.n_trainable) if cfg.log.influence else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
                                self.state.n_trainable)
@@ -80,6 +84,8 @@ class Server:
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
                 self.step(exchange, self.w, exchange.participation)           # aggregate, server update
+                if self.influence:
+                    self.influence.measure(r, rows, self.step.combination)
                 exchange.send(self.down.flat)
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
@@ -105,6 +111,8 @@ class Server:
         if self.privacy:
             self.log.append("privacy", **self.privacy.row(r))
             note = f"{note}  {self.privacy.note()}" if note else self.privacy.note()
+        if self.influence:
+            self.log.append("influence", **self.influence.last)
         self.progress.line(r, stats.loss, images / round_time, wall_time, note=note)
         bad = dict(zip(self.parties, stats.bad_records.tolist()))
         if stats.bad_records.any() and bad != self.bad_records:

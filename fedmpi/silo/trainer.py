@@ -14,6 +14,7 @@ from fedmpi.core.state import BackboneState
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.models.backbone import build_backbone
 from fedmpi.core.payloads import Payloads
+from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
 from fedmpi.silo.party_gradients import PartyGradients
 from fedmpi.silo.precision import Precision
@@ -64,6 +65,7 @@ class Trainer:
         # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
         self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
         self.global_theta = self.down.theta
+        self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
         receive_global(ctx, self.party, self.down.flat)
         self.state.write(self.global_theta)
         group = ctx.groups.party
@@ -173,6 +175,8 @@ class Trainer:
                 previous.copy_(self.down.trainable)
             if self.is_leader:
                 self.state.read(self.up.theta)
+                if self.attack != 1.0:
+                    scale_update(self.up.trainable, self.down.trainable, self.attack)
                 send_local(self.ctx, self.up.flat)
             receive_global(self.ctx, self.party, self.down.flat)
             if previous is not None:

@@ -1,0 +1,92 @@
+"""`python -m jobs.reproduce badparty` (issues 24 and 25): the study's plan at CPU scale (which runs, with which
+bad party, FV schedule, seeds and DP settings) and the per-run lock of the local runner."""
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import sys
+
+import pytest
+
+from fedmpi.config import load_config
+from jobs.badparty_study import SCALES, study
+from jobs.executor import layout_of
+from jobs.local import LockHolder
+from jobs.site import ROOT
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    runs = {r.name: r for r in study(SCALES["cpu"])}
+    return runs, {name: load_config(ROOT / r.config, list(r.overrides)) for name, r in runs.items()}
+
+
+def test_fedface_and_fedavg_run_three_seeds_clean_and_with_each_bad_party(cpu):
+    runs, cfgs = cpu
+    for method in ("fedface", "fedavg"):
+        for kind in ("clean", "shuffled", "flipped"):
+            assert {runs[f"p3-{method}-{kind}-s{s}"].labels["seed"] for s in (0, 1, 2)} == {0, 1, 2}
+    ga = {name: next(p for p in cfg.parties if p.name == "ga") for name, cfg in cfgs.items() if name.startswith("p3-")}
+    assert ga["p3-fedface-shuffled-s1"].data.shuffle_labels and ga["p3-fedface-shuffled-s1"].attack.scale == 1.0
+    assert ga["p3-fedface-flipped-s1"].attack.scale == -4.0 and not ga["p3-fedface-flipped-s1"].data.shuffle_labels
+    assert not ga["p3-fedface-clean-s1"].data.shuffle_labels and ga["p3-fedface-clean-s1"].attack.scale == 1.0
+    fv = cfgs["p3-fedface-shuffled-s2"]
+    assert fv.fv.enabled and fv.fed.algorithm == "pfm" and fv.fv.iterations_per_round == 2   # deterministic FV
+    assert fv.run.seed == 2 and fv.fed.K == 16 and fv.rounds == 12 and fv.log.influence
+
+
+def test_robust_rules_run_two_seeds_in_both_layouts_with_their_options(cpu):
+    runs, cfgs = cpu
+    assert cfgs["p3-krum-flipped-s1"].fed.aggregation == {"rule": "krum", "f": 0}
+    assert cfgs["p12-krum-flipped-s1"].fed.aggregation == {"rule": "krum", "f": 1}
+    assert cfgs["p12-trimmedmean-flipped-s0"].fed.aggregation == {"rule": "trimmed_mean", "beta": 0.1}
+    assert not any(name.startswith("p3-trimmedmean") for name in runs)      # with 3 uploads it is the median
+    twelve = cfgs["p12-median-flipped-s0"]
+    assert next(p for p in twelve.parties if p.name == "ga_0").attack.scale == -4.0
+    assert layout_of(str(ROOT / runs["p12-median-flipped-s0"].config),
+                     list(runs["p12-median-flipped-s0"].overrides))["world"] == 13
+    assert twelve.optim.batch_size * 12 == cfgs["p3-median-flipped-s0"].optim.batch_size * 3
+    for method in ("median", "trimmedmean", "krum", "fedavg", "fedface"):
+        assert {f"p12-{method}-flipped-s0", f"p12-{method}-flipped-s1"} <= set(runs)
+
+
+def test_the_privacy_curve_clips_as_its_papers_say(cpu):
+    runs, cfgs = cpu
+    silo = [cfgs[n] for n in runs if n.startswith("dp-silo")]
+    assert len(silo) == 3 and all(c.fed.dp.adaptive and c.fed.dp.target_quantile == 0.5 for c in silo)
+    cross = {n: cfgs[n] for n in runs if n.startswith("dp-cross")}
+    assert not cross["dp-cross-z0"].fed.dp.enabled and len(cross) == 4
+    assert all(c.cross_device and c.fed.dp.clip == 0.17 and not c.fed.dp.adaptive for c in cross.values())
+
+
+def test_runs_hold_the_lock_only_while_they_run_and_release_it_once_the_hold_is_spent(tmp_path):
+    lock = str(tmp_path / "heavy.lock")
+
+    def free() -> bool:
+        with open(lock, "a") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+
+    per_run = LockHolder(lock)
+    per_run.acquire()
+    assert not free()
+    per_run.release_if_spent()
+    assert free()
+    batch = LockHolder(lock, hold_s=3600)
+    batch.acquire()
+    batch.release_if_spent()
+    assert not free() and batch.acquire() == 0.0          # still held: the next run does not wait
+    batch.release()
+    assert free()
+
+
+def test_a_folder_inside_the_repository_is_planned_with_paths_relative_to_it():
+    out = subprocess.run([sys.executable, "-m", "jobs.reproduce", "badparty", "--scale", "tiny", "--dry-run",
+                          "--folder", str(ROOT / "sweeps" / "plan-only")], capture_output=True, text=True, timeout=60,
+                         cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert "data.root=sweeps/plan-only/data log.dir=sweeps/plan-only/runs log.name=p3-fedface-shuffled-s0" in out.stdout
+    assert str(ROOT) not in out.stdout and not (ROOT / "sweeps" / "plan-only").exists()
