@@ -44,6 +44,7 @@ def bed():
         FIGURES["bed_up_s"] = made.started_s
         yield made
     assert node_bed.leftovers(made.tag) == []
+    print(f"\nmulti-node figures: {FIGURES}")          # shown with pytest -s
 
 
 @pytest.fixture(scope="module")
@@ -259,39 +260,27 @@ def test_a_node_that_fails_mid_round_ends_the_job_naming_it(bed, ws, reference, 
         bed.nodes["n2"].set_link(True)
         node_bed._kill_all([p for p in bed.nodes["n2"].pids() if p != bed.nodes["n2"].holder.pid])
     FIGURES[f"fail_{how}_ended_after_s"] = ended_after
-    assert status != 0, launch.output[-3000:]
+    FIGURES[f"fail_{how}_status"] = status
+    assert status != 0 or how == "kill", launch.output[-3000:]
     assert ended_after <= COLLECTIVE_TIMEOUT_S + 30
     deadline = time.monotonic() + 10
     while _ranks_left(bed, ["n1", "n3"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _ranks_left(bed, ["n1", "n3"]) == {}
     if how == "kill":
-        # the launcher's daemon on n2 died with the ranks: mpirun ends the job at once and names the node
-        assert re.search(r"Remote host:\s+n2", launch.output), launch.output[-3000:]
+        # the launcher's daemon on n2 died with the ranks: mpirun ends the job at once and names the node, either
+        # as the daemon that failed (exit 255) or as the one it lost communication with, after which Open MPI
+        # 5.0.11's mpirun exits 0: then only the log tells that the run did not finish (docs/CLUSTER.md)
+        assert re.search(r"Remote host:\s+n2|Remote daemon: .* on node n2", launch.output), launch.output[-3000:]
+        from fedmpi.store.h5log import LogReader
+
+        with LogReader(ws.folder(name) / "log.h5") as log:
+            assert len(log.table("rounds")["round"]) < ROUNDS
         return
     first = error_lines(launch.output)[0]
     assert re.fullmatch(r"rank \d \([a-z:0-9]+\): CommTimeout: round [3-8]: .* over group \S+ \(ranks .*\): no answer "
                         r"within run\.collective_timeout_s=10 s \(.*\); stopped answering: ranks 3, 4 on n2", first), \
         launch.output[-3000:]
-
-
-def test_the_run_a_frozen_node_stopped_resumes_on_other_nodes_bitwise(bed, ws, reference):
-    """After the SIGSTOP case above: `--resume auto` with MS1M on n4, GA + VGG on n3, the server on n1."""
-    folder = ws.folder("fail-stop")
-    if not (folder / "ckpt").is_dir():
-        pytest.skip("the frozen-node run did not run (or left no checkpoint)")
-    t0 = time.monotonic()
-    run_to_end(bed, ws, "fail-stop", hosts_per_rank(["n4", "n3", "n1"]), "--resume", "auto")
-    FIGURES["resume_run_s"] = time.monotonic() - t0
-    from fedmpi.store.h5log import LogReader
-
-    with LogReader(folder / "log.h5") as log:
-        assert [p["node"] for p in log.placement] == ["n1", "n4", "n4", "n3", "n3"]
-    theta, rounds = final_state(ws, "fail-stop")
-    ref_theta, ref_rounds = final_state(ws, "reference")
-    assert bool((theta == ref_theta).all()), f"final model differs in {int((theta != ref_theta).sum())} entries"
-    for column in ("round", "loss", "bytes_up", "bytes_down", "bytes_intra"):
-        np.testing.assert_array_equal(rounds[column], ref_rounds[column], err_msg=column)
 
 
 # ---------------------------------------------------------------- Slurm across the nodes
@@ -304,7 +293,7 @@ def slurm(bed):
 
     require_slurm()
     t0 = time.monotonic()
-    cluster = start_cluster(cpus=4, nodes={n: bed.nodes[n].address for n in NODES},
+    cluster = start_cluster(cpus=8, nodes={n: bed.nodes[n].address for n in NODES},
                             enter=lambda name, argv: bed.nodes[name].enter(argv, wd="/"),
                             controller_address=bed.gateway, tmpfs=bed.scratch)
     FIGURES["slurm_up_s"] = time.monotonic() - t0
@@ -314,38 +303,60 @@ def slurm(bed):
         cluster.stop()
 
 
-def submit_script(cluster, ws, script: str, name: str, *extra: str, **env: str) -> tuple[dict, str]:
-    """`slurm/SCRIPT ARGS` from outside a job (it sizes the allocation and calls sbatch); the ended job's record
-    and its output."""
+def submit_3party(cluster, ws, name: str, *extra: str, sbatch: str = "") -> str:
+    """`slurm/fedface_3party.sh --config ... ARGS` from outside a job, 2 ranks per node (the script sizes the
+    allocation and calls sbatch; output appended to NAME.out in the workspace); the job id."""
     from test_slurm import ROOT as REPO, job_id
 
-    out = ws.base / f"{name}.out"
-    submitted = cluster.run(["bash", str(REPO / "slurm" / script), "--config", str(ws.config),
-                             f"log.dir={ws.base / 'runs'}", f"log.name={name}", f"data.root={ws.base / 'data'}",
-                             *extra], check=False, timeout=60, cwd=str(ws.base),
-                            env={"FEDMPI_CPU": "1", "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}", **env})
-    fields = cluster.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-                                                        "NODE_FAIL"}, RUN_TIMEOUT_S)
-    return fields, out.read_text() if out.exists() else ""
+    submitted = cluster.run(["bash", str(REPO / "slurm" / "fedface_3party.sh"), "--config", str(ws.config), *extra,
+                             f"log.dir={ws.base / 'runs'}", f"log.name={name}", f"data.root={ws.base / 'data'}"],
+                            check=False, timeout=60, cwd=str(ws.base),
+                            env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "2",
+                                 "FEDMPI_SBATCH_ARGS": f"--parsable --output={ws.base / name}.out {sbatch}"})
+    return job_id(submitted)
 
 
-def test_3party_script_on_three_nodes_keeps_each_party_on_its_nodes(bed, ws, reference, slurm):
+def wait_for_round(out, round_: int) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (out.exists() and re.search(rf"^round {round_}/", out.read_text(), re.M)):
+        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
+        time.sleep(0.2)
+
+
+def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its_nodes(bed, ws, reference, slurm):
+    """`slurm/fedface_3party.sh` sizes itself (2 ranks per node: 3 nodes) and places MS1M on the first node, GA +
+    VGG on the second, the server on the third. USR1 to the batch shell (what `--signal=B:USR1@300` sends before
+    the time limit) mid-run: every rank checkpoints its own part on its own node, the script requeues the job, and
+    the requeued job resumes and ends equal to the mpirun run."""
     from fedmpi.store.h5log import LogReader
+    from fedmpi.store.manifest import read_manifest
 
+    name, out = "slurm-3party", ws.base / "slurm-3party.out"
     t0 = time.monotonic()
-    fields, text = submit_script(slurm, ws, "fedface_3party.sh", "slurm-3party", FEDMPI_RANKS_PER_NODE="2")
-    FIGURES["slurm_3party_s"] = time.monotonic() - t0
-    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), text
-    assert fields["NodeList"] == "n[1-3]", fields
-    with LogReader(ws.folder("slurm-3party") / "log.h5") as log:
-        placement = log.placement
-    # the script's placement: MS1M on the first node, GA + VGG on the second, the server on the third
+    job = submit_3party(slurm, ws, name)
+    wait_for_round(out, 2)
+    assert slurm.job_fields(job)["NodeList"] == "n[1-3]"
+    slurm.run(["scancel", "--batch", "--signal=USR1", job])
+    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
+    FIGURES["slurm_3party_preempted_s"] = time.monotonic() - t0
+    text = out.read_text()
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), text
+    first, _, second = text.partition("restart 1 of job")
+    stopped = max(int(r) for r in re.findall(rf"^round (\d+)/{ROUNDS}", first, re.M))
+    assert re.findall(rf"^round (\d+)/{ROUNDS}", second, re.M)[0] == str(stopped + 1), text
+    # each part of the preemption's checkpoint written by its own rank on that rank's node
+    parts = read_manifest(ws.folder(name) / "ckpt" / f"round_{stopped:06d}")["parts"]
+    assert {part: (info["rank"], info["node"]) for part, info in parts.items()} == {
+        "server.h5": (0, "n3"), "party-ms1m-0.h5": (1, "n1"), "party-ms1m-1.h5": (2, "n1"),
+        "party-ga-0.h5": (3, "n2"), "party-vgg-0.h5": (4, "n2")}
+    with LogReader(ws.folder(name) / "log.h5") as log:
+        placement = log.placement                     # the requeued job's
     assert [p["node"] for p in placement] == ["n3", "n1", "n1", "n2", "n2"], text
     assert [p["local_rank"] for p in placement] == [0, 0, 1, 0, 1]
     assert [p["address"] for p in placement] == [bed.nodes[p["node"]].address for p in placement]
     assert C10D_WARNING not in text
-    # the same computation as under mpirun: bitwise the same model and losses
-    theta, rounds = final_state(ws, "slurm-3party")
+    # the same computation as under mpirun, interrupted or not: bitwise the same model and losses
+    theta, rounds = final_state(ws, name)
     ref_theta, ref_rounds = final_state(ws, "reference")
     assert bool((theta == ref_theta).all())
     np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
@@ -356,20 +367,10 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
     """n2 (GA + VGG) drops off the network in the middle of the run: the ranks on n1 and n3 name the round, the
     group and n2's ranks, nothing is left running on them, and the run continues on n1, n3, n4 (Slurm's requeue,
     or `--resume auto` by hand where the job ended) equal to the uninterrupted run."""
-    from test_slurm import ROOT as REPO, job_id
-
     name, out = "slurm-link", ws.base / "slurm-link.out"
-    submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_3party.sh"), "--config", str(ws.config),
-                           f"log.dir={ws.base / 'runs'}", f"log.name={name}", f"data.root={ws.base / 'data'}"],
-                          check=False, timeout=60, cwd=str(ws.base),
-                          env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "2",
-                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}"})
-    job = job_id(submitted)
+    job = submit_3party(slurm, ws, name)
     n2 = bed.nodes["n2"]
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not (out.exists() and re.search(r"^round 3/", out.read_text(), re.M)):
-        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
-        time.sleep(0.2)
+    wait_for_round(out, 3)
     assert slurm.job_fields(job)["NodeList"] == "n[1-3]"
     n2.set_link(False)
     failed_at = time.monotonic()
@@ -393,61 +394,13 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
                                   r"within (run\.collective_timeout_s=)?10 s.*; stopped answering: ranks 3, 4 on n2",
                                   lines[0]), text
     if fields["JobState"] not in ("PENDING", "REQUEUED"):      # the job ended: resume by hand elsewhere
-        submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_3party.sh"), "--config", str(ws.config),
-                               "--resume", "auto", f"log.dir={ws.base / 'runs'}", f"log.name={name}",
-                               f"data.root={ws.base / 'data'}"], check=False, timeout=60, cwd=str(ws.base),
-                              env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "2",
-                                   "FEDMPI_SBATCH_ARGS": f"--parsable --output={out} --exclude=n2"})
-        job = job_id(submitted)
+        job = submit_3party(slurm, ws, name, "--resume", "auto", sbatch="--exclude=n2")
     fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
     assert fields["JobState"] == "COMPLETED", out.read_text()
     from fedmpi.store.h5log import LogReader
 
     with LogReader(ws.folder(name) / "log.h5") as log:
         assert "n2" not in {p["node"] for p in log.placement}
-    theta, rounds = final_state(ws, name)
-    ref_theta, ref_rounds = final_state(ws, "reference")
-    assert bool((theta == ref_theta).all())
-    np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
-
-
-def test_preemption_across_nodes_checkpoints_each_part_on_its_node_and_resumes(bed, ws, reference, slurm):
-    """USR1 to the batch shell (what `--signal=B:USR1@300` sends before the time limit): every rank checkpoints
-    its own part on its own node, the script requeues the job, the job resumes and ends equal to the reference."""
-    from fedmpi.store.h5log import LogReader
-    from fedmpi.store.manifest import read_manifest
-    from test_slurm import ROOT as REPO, job_id
-
-    name, out = "slurm-preempt", ws.base / "slurm-preempt.out"
-    submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_3party.sh"), "--config", str(ws.config),
-                           f"log.dir={ws.base / 'runs'}", f"log.name={name}", f"data.root={ws.base / 'data'}"],
-                          check=False, timeout=60, cwd=str(ws.base),
-                          env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "2",
-                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}"})
-    job = job_id(submitted)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not (out.exists() and re.search(r"^round 2/", out.read_text(), re.M)):
-        assert time.monotonic() < deadline, out.read_text() if out.exists() else "no output"
-        time.sleep(0.2)
-    slurm.run(["scancel", "--batch", "--signal=USR1", job])
-    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
-    text = out.read_text()
-    assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), text
-    first, _, second = text.partition("restart 1 of job")
-    stopped = max(int(r) for r in re.findall(rf"^round (\d+)/{ROUNDS}", first, re.M))
-    assert re.findall(rf"^round (\d+)/{ROUNDS}", second, re.M)[0] == str(stopped + 1), text
-    with LogReader(ws.folder(name) / "log.h5") as log:
-        resumed_on = [p["node"] for p in log.placement]
-    parts = read_manifest(ws.folder(name) / "ckpt" / f"round_{stopped:06d}")["parts"]
-    # each part written by its own rank on that rank's node: the script's placement (MS1M on one node, GA + VGG
-    # on another, the server on a third)
-    ranks = {part: info["rank"] for part, info in parts.items()}
-    assert ranks == {"server.h5": 0, "party-ms1m-0.h5": 1, "party-ms1m-1.h5": 2, "party-ga-0.h5": 3,
-                     "party-vgg-0.h5": 4}
-    written_on = [parts[part]["node"] for part in sorted(parts, key=ranks.get)]
-    for nodes in (written_on, resumed_on):
-        assert nodes[1] == nodes[2] and nodes[3] == nodes[4] and len({nodes[0], nodes[1], nodes[3]}) == 3, nodes
-        assert set(nodes) <= set(NODES)
     theta, rounds = final_state(ws, name)
     ref_theta, ref_rounds = final_state(ws, "reference")
     assert bool((theta == ref_theta).all())
