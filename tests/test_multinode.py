@@ -405,3 +405,37 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
     ref_theta, ref_rounds = final_state(ws, "reference")
     assert bool((theta == ref_theta).all())
     np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
+
+
+@pytest.mark.skipif(os.environ.get("FEDMPI_MULTINODE_12PARTY") != "1",
+                    reason="17 ranks on 2 cores: 53 s more; run with FEDMPI_MULTINODE_12PARTY=1 (not in make test)")
+def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement(bed, ws, slurm):
+    """`slurm/fedface_12party.sh` at 5 ranks per node: 4 nodes, every MS1M part, GA part and VGG part whole on one
+    node, the node-local ranks 0..n-1 on each."""
+    from fedmpi.store.h5log import LogReader
+    from test_slurm import CONFIGS, ROOT as REPO, SHRINK, job_id, shrink_parties
+
+    name, out = "slurm-12party", ws.base / "slurm-12party.out"
+    t0 = time.monotonic()
+    submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_12party.sh"), *SHRINK,
+                           *shrink_parties(CONFIGS["12party"]), f"log.dir={ws.base / 'runs'}", f"log.name={name}",
+                           f"data.root={ws.base / 'data12'}"], check=False, timeout=60, cwd=str(ws.base),
+                          env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "5",
+                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}"})
+    fields = slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600)
+    FIGURES["slurm_12party_s"] = time.monotonic() - t0
+    text = out.read_text()
+    assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "n[1-4]"), text
+    with LogReader(ws.folder(name) / "log.h5") as log:
+        placement, parties = log.placement, log.parties
+        assert log.table("rounds")["loss"].shape[1] == 12
+    assert len(placement) == 17 and {p["node"] for p in placement} == set(NODES)
+    for node in NODES:
+        assert sorted(p["local_rank"] for p in placement if p["node"] == node) == list(
+            range(sum(p["node"] == node for p in placement)))
+    # each party (2 ranks per MS1M part) whole on one node
+    rank = 1
+    for party in parties:
+        size = 2 if party.startswith("ms1m") else 1
+        assert len({placement[r]["node"] for r in range(rank, rank + size)}) == 1, (party, placement)
+        rank += size
