@@ -86,11 +86,22 @@ def pids_in_netns(inode: int) -> list[int]:
 
 
 def _kill_all(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    """Signal every process; the session folder of an Open MPI daemon killed here (/tmp/prted.PID, which only
+    the daemon itself would remove) goes with it."""
+    daemons = []
     for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "prted":
+                daemons.append(pid)
+        except OSError:
+            pass
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+    if sig == signal.SIGKILL:
+        for pid in daemons:
+            shutil.rmtree(Path(tempfile.gettempdir()) / f"prted.{pid}", ignore_errors=True)
 
 
 @dataclass
