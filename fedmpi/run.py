@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from fedmpi.comm import control
+from fedmpi.comm import control, nodes
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
 from fedmpi.comm.topology import SERVER, build_layout, check_world_size
@@ -136,6 +136,7 @@ def main(argv=None) -> int:
             return 0
         layout = build_layout(cfg)
         check_world_size(layout, mpi.Get_size())
+        nodes.survey(mpi)  # every rank's node, local rank and address; a node that cannot take part is named here
         run_dir, created = on_root(mpi, lambda: choose_run_dir(cfg, args.resume))
         from fedmpi.store.checkpoint import configure_determinism, find_resume_point
         resume = on_root(mpi, lambda: find_resume_point(args.resume, cfg, layout, run_dir,

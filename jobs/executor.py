@@ -29,11 +29,12 @@ def allocation_for(layout: dict, site: Site) -> Allocation:
 
 
 def hostfile_lines(layout: dict, site: Site) -> list[str]:
-    """Job-script lines that write the ranks' hostfile and point srun at it."""
+    """Job-script lines that write the ranks' hostfile and point srun at it (removed when the job script ends)."""
     cap = 0 if site.cpu else site.gpus_per_node
     python = shlex.quote(site.python)
     return [
         'export SLURM_HOSTFILE="$(mktemp "${TMPDIR:-/tmp}/fedmpi-$SLURM_JOB_ID.XXXXXX.hosts")"',
+        'trap \'rm -f "$SLURM_HOSTFILE"\' EXIT',
         f'{python} -m jobs.placement hostfile --layout {shlex.quote(json.dumps(layout))} '
         f'--hosts "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")" '
         f'--tasks-per-node "$SLURM_TASKS_PER_NODE" --max-per-node {cap} > "$SLURM_HOSTFILE" || exit 1',

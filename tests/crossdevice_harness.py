@@ -1,7 +1,7 @@
 """The cross-device round in one process, as the reference the mpirun runs are held to: every sampled client
 trained from the global payload with its state from the server's store, each upload [theta_k | up payloads]
 kept, then the server's own step (ServerStep: sum_k n_k u_k / sum_k n_k, as the exchange's reduction gives it,
-then the rule's server update) and on_global on the trainer. With fed.dp each client's update is clipped and
+then the rule's server update; a robust rule reads every upload) and on_global on the trainer. With fed.dp each client's update is clipped and
 counted once, and the server's aggregator adds the noise, as in a run."""
 from __future__ import annotations
 
@@ -28,12 +28,16 @@ CPU = torch.device("cpu")
 
 class SampledUploads:
     """A round's client uploads [theta_k | up payloads] with their example counts; the weighted mean is what the
-    cross-device exchange's reduction gives (its weights are the counts, not w)."""
+    cross-device exchange's reduction gives (its weights are the counts, not w). `rows`: every upload, in the
+    order of the sampled clients, for an aggregator that reads them (a robust rule), with `weights` n_k / sum n."""
 
-    gives_uploads = False
+    gives_uploads = True
 
-    def __init__(self, uploads: list[tuple[int, torch.Tensor]]):
+    def __init__(self, uploads: list[tuple[int, torch.Tensor]], dtype):
         self.uploads = uploads
+        self.rows = torch.stack([u for _, u in uploads]).to(dtype)
+        sizes = torch.tensor([float(size) for size, _ in uploads], dtype=torch.float64)
+        self.weights = sizes / sizes.sum()
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
         return out.copy_(sum(size * u for size, u in self.uploads) / sum(size for size, _ in self.uploads))
@@ -46,6 +50,7 @@ class Simulation:
     server_state: dict                  # the rule's server state
     store: ClientStore | None           # the clients' states
     local: LocalTrainer
+    last_rows: torch.Tensor | None = None    # the last round's uploads, one row per sampled client
 
 
 def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) -> Simulation:
@@ -82,7 +87,10 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
             if store:
                 store.put(k, client)
         previous = down.theta.clone()
-        step(SampledUploads(uploads), None, participation=len(ids) / population)
+        sampled_uploads = SampledUploads(uploads, dtype)
+        w = sampled_uploads.weights if step.aggregator.needs_uploads else None
+        step(sampled_uploads, w, participation=len(ids) / population)
         local.down.flat.copy_(down.flat)
         local.new_global(previous, cfg.lr_at_round(r))
-    return Simulation(down.theta.clone(), sampled, server_state, store, local)
+    rows = sampled_uploads.rows if cfg.rounds else None
+    return Simulation(down.theta.clone(), sampled, server_state, store, local, rows)

@@ -58,8 +58,10 @@ def test_a_trainer_that_stops_answering_ends_the_job_after_the_collective_timeou
     assert time.time() - float(stamp.read_text()) < 45   # from the stop to mpirun's exit: long before SIGCONT
     first = error_lines(result.stderr)[0]
     # whoever waits first says it: the server or party a, waiting on a group rank 3 (party b) is part of
+    # ... and names the rank that went silent (its heartbeat stopped) with its node
     assert re.fullmatch(r"rank \d \((server|trainer:a)\): CommTimeout: round 2: .* over group (leaders \(ranks 0, 1, "
-                        r"3\)|a \(ranks 1, 2\)): no answer within run\.collective_timeout_s=10 s \(.*\)", first), first
+                        r"3 on \S+\)|a \(ranks 1, 2 on \S+\)): no answer within run\.collective_timeout_s=10 s \(.*\); "
+                        r"stopped answering: rank 3 on \S+", first), first
 
 
 def test_a_nan_loss_stops_the_run_naming_party_and_round_and_keeps_the_checkpoint(reference, tmp_path):

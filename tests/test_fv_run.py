@@ -233,3 +233,19 @@ def test_validator_scores_and_evaluates_like_the_evaluator(tmp_path):
     reference = Evaluator({n: load_bin(paths[n], 16) for n in ("lfw", "cplfw")}, fv_folds="first", batch_size=128)
     assert validator.answer("score", flat) == reference.score(backbone)
     assert validator.answer("evaluate", flat) == reference.evaluate(backbone)
+
+
+def test_adaptive_fv_on_the_server_stops_when_the_uploads_land(tmp_path, data_root):
+    """Adaptive mode (fv.iterations_per_round=0), FV hosted on the server, one rank per party: the server runs FV
+    iterations only while the uploads travel. On CPU each upload is a gloo receive, which never reports completion
+    before it is waited on; the server used to run FV iterations for ever from round 2 while the trainers waited."""
+    rounds = 3
+    args = ["-m", "fedmpi.run", *SHUFFLED, "fv.enabled=true", "fv.iterations_per_round=0", "data.val_pairs_per_fold=4",
+            f"optim.epochs={rounds}", f"optim.milestones=[{rounds}]", "fed.K=2", "optim.steps_per_epoch=2",
+            f"checkpoint.every={rounds}", "eval.every=0", f"log.dir={tmp_path}", "log.name=adaptive",
+            f"data.root={data_root}"]
+    proc = mpirun(3, args, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with LogReader(tmp_path / "adaptive" / "log.h5") as log:
+        fv_iterations = log.table("rounds")["fv_iterations"]
+    assert len(fv_iterations) == rounds and fv_iterations[0] == 0   # no θ' in round 1

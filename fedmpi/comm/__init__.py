@@ -21,6 +21,8 @@ import torch.distributed as dist
 
 from fedmpi.comm.control import (CommFailure, CommTimeout, allreduce_max, barrier, bcast, gather,  # noqa: F401
                             receive)
+from fedmpi.comm import heartbeat
+from fedmpi.comm.nodes import describe_ranks, local_rank, mpi_interface, rendezvous_host, use_mpi_interface  # noqa: F401
 
 _STATE: dict = {"device": torch.device("cpu"), "backend": None, "timeout_s": 600.0}
 
@@ -31,36 +33,19 @@ def mpi_comm():
     return MPI.COMM_WORLD
 
 
-def local_rank(comm=None) -> int:
-    """Rank among the processes on this node (MPI shared-memory split)."""
-    from mpi4py import MPI
-
-    comm = comm or mpi_comm()
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    rank = node.Get_rank()
-    node.Free()
-    return rank
-
-
-def _free_port(host: str = "") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def mpi_interface() -> str | None:
-    """The network interface Open MPI was told to use (one name in OMPI_MCA_btl_tcp_if_include), if any."""
-    names = os.environ.get("OMPI_MCA_btl_tcp_if_include", "").split(",")
-    return names[0] if len(names) == 1 and names[0] and "/" not in names[0] else None
-
-
-def use_mpi_interface() -> None:
-    """gloo and NCCL open their sockets on MPI's interface when one is known (unless told otherwise): torch's
-    rendezvous store and gloo have no authentication, so they should not face other networks."""
-    interface = mpi_interface()
-    if interface:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+def _store_listener(host: str) -> socket.socket:
+    """Rank 0's listening socket for the rendezvous store, IPv4, on `host`'s address when that is one of this node's
+    (else on every IPv4 address, e.g. for a FEDMPI_RDZV_HOST that is a forwarded address). IPv4, since torch's
+    own dual-stack socket sees peers as IPv4-mapped IPv6 addresses, which /etc/hosts does not name: the store then
+    warned 'The hostname of the client socket cannot be retrieved' for every rank that connected."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        address = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+        listener.bind((address, 0))
+    except OSError:
+        listener.bind(("", 0))
+    listener.listen(128)
+    return listener
 
 
 RENDEZVOUS_TIMEOUT_S = 300.0  # every rank joining the TCP store: slow imports on a busy node are no hang
@@ -91,21 +76,28 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
     else:
         _STATE["device"] = torch.device("cpu")
     use_mpi_interface()
+    rendezvous_timeout = datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S))
+    listener = None
     if comm.Get_rank() == 0:
-        host = os.environ.get("FEDMPI_RDZV_HOST") or socket.gethostname()
-        address = (host, _free_port())
+        host = rendezvous_host()
+        listener = _store_listener(host)
+        address = (host, listener.getsockname()[1])
     else:
         address = None
     host, port = comm.bcast(address, root=0)
+    store = dist.TCPStore(host, port, comm.Get_size(), is_master=listener is not None, timeout=rendezvous_timeout,
+                          wait_for_workers=False,
+                          master_listen_fd=listener.detach() if listener is not None else None)
     dist.init_process_group(
         world_backend,
-        init_method=f"tcp://{host}:{port}",
+        store=store,
         world_size=comm.Get_size(),
         rank=comm.Get_rank(),
-        timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
+        timeout=rendezvous_timeout,
         device_id=_STATE["device"] if world_backend == "nccl" else None,
     )
     _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
+    heartbeat.start(host, port, comm.Get_rank(), comm.Get_size())
     return backend
 
 
@@ -145,6 +137,7 @@ def collective_timeout_s() -> float:
 
 
 def shutdown() -> None:
+    heartbeat.stop()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -204,8 +197,8 @@ def naming_failures(what: str):
 
 
 def group_label(name: str, group) -> str:
-    """'group NAME (ranks 0, 1, 3)' for messages."""
-    return f"group {name} (ranks {', '.join(str(r) for r in dist.get_process_group_ranks(group))})"
+    """'group NAME (ranks 0, 1, 3 on NODE)' for messages (nodes.describe_ranks)."""
+    return f"group {name} ({describe_ranks(list(dist.get_process_group_ranks(group)))})"
 
 
 # ---------------------------------------------------------------- failure discipline
@@ -232,7 +225,12 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
             traceback.print_exc()
         if isinstance(exc, CommFailure):  # most often the echo of another rank's failure: let that one speak
             time.sleep(SECONDARY_GRACE_S)  # first; the job usually ends before this line is printed at all
-        _abort(comm, role, f"{type(exc).__name__}: {exc}", on_failure)
+        message = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (CommTimeout, CommFailure)):
+            silent = heartbeat.silent_ranks()   # who is missing: a timeout of the backend does not say
+            if silent:
+                message += f"; stopped answering: {silent}"
+        _abort(comm, role, message, on_failure)
     return 1
 
 

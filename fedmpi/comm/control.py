@@ -73,7 +73,9 @@ def _world_ranks(comm, ranks: Iterable[int]) -> list[int]:
 
 
 def _rank_list(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+    from fedmpi.comm.nodes import describe_ranks
+
+    return describe_ranks(ranks)
 
 
 def receive(source: int, tag: int, *, what: str, timeout_s: float | None, comm=None):

@@ -117,14 +117,19 @@ def validate_aggregation(cfg, fail) -> dict:
     """fed.aggregation checked and resolved (the rule's defaults included, as the log keeps it)."""
     name, cls, options = aggregation_rule(cfg)
     if cls.needs_uploads:
-        if cfg.cross_device:
-            fail("fed.aggregation.rule", f"{name} looks at every upload; the cross-device setting sums the "
-                                         f"clients' uploads on the trainer ranks, so only mean is built for it")
         if cfg.fv.enabled:
             fail("fed.aggregation.rule", f"{name} with Federated Validation: FV's weights and {name} would each "
                                          f"decide how much a party counts; set fv.enabled=false")
     options.validate(uploads(cfg), fail)
     return {"rule": name, **dataclasses.asdict(options)}
+
+
+def reads_every_upload(cfg) -> bool:
+    """Whether the server's aggregator reads each upload (a robust rule, the silo's Gaussian mean): then the
+    cross-device trainer ranks send every client's upload instead of their sum."""
+    if cfg.fed.dp.enabled:
+        return not cfg.cross_device
+    return aggregation_rule(cfg)[1].needs_uploads
 
 
 def build_aggregator(cfg, algorithm, reference):

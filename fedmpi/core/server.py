@@ -56,7 +56,8 @@ class Server:
         self.log = RunLog(run_dir / "log.h5", config_yaml=to_yaml(cfg),
                           algorithm=method_key(cfg.fed.algorithm, cfg.fed.setting), run_name=run_dir.name,
                           parties=self.parties, data=setting.data_description, resume_round=resume_round,
-                          config_changes=config_changes, **schema)
+                          config_changes=config_changes, placement=[p.as_dict() for p in comm.nodes.places()],
+                          **schema)
         self.side = setting.side_work(self)
         self.exchange = setting.exchange(self)
         self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat)

@@ -4,7 +4,9 @@ MPI; tensors over torch.distributed in one group of the server and every trainer
   down:  the server broadcasts the global payload [Theta | the rule's down payloads] (one flat buffer);
   up:    the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k u_k for each up payload | sum_k n_k]
          (float64) are summed onto the server by one reduce, so these bytes grow with the number of trainer
-         ranks, never with the clients a rank trains;
+         ranks, never with the clients a rank trains; for an aggregator that reads every upload (a robust
+         rule) each client's upload [theta_k | up payloads] is sent instead, point-to-point into its row of
+         a [clients of the round, D_up] buffer on the server;
   state: for a rule with per-client state (Algorithm.client_state), the server sends each sampled client's
          state to the rank that trains it and receives the updated state back (point-to-point, in the order of
          the assignment): 2 x (sampled clients) x (state size) per round.
@@ -22,6 +24,9 @@ from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.comm.topology import SERVER
 
 
+UPLOAD_TAG = 1     # a client's upload; its state comes back with the default tag (0) from the same rank
+
+
 def _assignment(r: int) -> str:
     return f"round {r + 1} client assignment (bcast over server + trainers)"
 
@@ -33,22 +38,34 @@ def client_group(ctx):
 
 
 class ClientExchange:
-    """Server side, the exchange of the round loop (fedmpi.core.server). `rows` is None (no per-party uploads:
-    FV cannot run on it). `up_numel`: the size of [theta | up payloads]; `store`: the clients' states (None for
-    a rule whose clients are stateless). With a `log`, each round's sampled clients go to its /clients table."""
-    rows = None
-    gives_uploads = False
+    """Server side, the exchange of the round loop (fedmpi.core.server). `up_numel`: the size of [theta | up
+    payloads]; `store`: the clients' states (None for a rule whose clients are stateless). With a `log`, each
+    round's sampled clients go to its /clients table. `every_upload`: keep each sampled client's upload in
+    `rows` (in the order of `clients`) for an aggregator that reads them all; otherwise `rows` is None and the
+    uploads are summed on the way (FV cannot run on it either way: it scores parties, not clients)."""
 
     def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, up_numel: int, log=None,
-                 store: ClientStore | None = None):
+                 store: ClientStore | None = None, every_upload: bool = False):
         self.ctx, self.sampler, self.sizes, self.log, self.store = ctx, sampler, sizes, log, store
         self.trainers = ctx.layout.trainer_ranks
         self.group = client_group(ctx)
-        self.payload = torch.zeros(up_numel + 1, dtype=torch.float64, device=ctx.device)
+        self.gives_uploads = every_upload
+        self.payload = torch.zeros(0 if every_upload else up_numel + 1, dtype=torch.float64, device=ctx.device)
+        self._rows = torch.zeros(sampler.count if every_upload else 0, up_numel, dtype=ctx.dtype, device=ctx.device)
         self.clients = np.zeros(0, dtype=np.int64)
-        self._work = None
+        self._work: list = []
         self._returning: list[tuple[int, torch.Tensor, object]] = []
         self._down_bytes = 0
+
+    @property
+    def rows(self) -> torch.Tensor | None:
+        """[clients of the round, D_up]: each sampled client's upload (only with every_upload)."""
+        return self._rows if self.gives_uploads else None
+
+    def example_weights(self) -> torch.Tensor:
+        """n_k / sum n_k over the round's clients, in the order of `rows`: the weighting of the mean (FedAvg)."""
+        n = torch.as_tensor(self.sizes[self.clients], dtype=torch.float64)
+        return n / n.sum()
 
     @property
     def participation(self) -> float:
@@ -67,8 +84,13 @@ class ClientExchange:
                    comm=self.ctx.mpi_fed)
         if self.store is not None:
             self._send_states(assignment)
+        if self.gives_uploads:
+            row = {int(k): i for i, k in enumerate(self.clients)}
+            self._work = [dist.irecv(self._rows[row[k]], src=rank, group=self.group, tag=UPLOAD_TAG)
+                          for rank, ks in zip(self.trainers, assignment) for k in ks]
+            return
         self.payload.zero_()
-        self._work = dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        self._work = [dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)]
 
     def _send_states(self, assignment: list[list[int]]) -> None:
         outgoing = [(rank, k, self.store.get(k).to(self.ctx.device, copy=True))
@@ -78,7 +100,7 @@ class ClientExchange:
         self._returning = [(k, state, dist.irecv(state, src=rank, group=self.group)) for rank, k, state in outgoing]
 
     def is_complete(self) -> bool:
-        return ((self._work is None or self._work.is_completed())
+        return (all(work.is_completed() for work in self._work)
                 and all(work.is_completed() for _, _, work in self._returning))
 
     def wait(self) -> None:
@@ -86,14 +108,16 @@ class ClientExchange:
             work.wait()
             self.store.put(k, state)
         self._returning = []
-        if self._work is not None:
-            self._work.wait()
-            self._work = None
+        for work in self._work:
+            work.wait()
+        self._work = []
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
         """sum_k n_k u_k / sum_k n_k over the round's clients, for theta and each up payload. The weights are the
-        clients' example counts, applied on the trainer ranks before the reduction: the setting's weighting
-        gives the server no w (None)."""
+        clients' example counts: applied on the trainer ranks before the reduction (w is None), or, with every
+        upload kept, w = example_weights() over the rows."""
+        if self.gives_uploads:
+            return torch.mv(self._rows.t(), w.to(self._rows.dtype), out=out)
         out.copy_(self.payload[:-1] / self.payload[-1])
         return out
 
@@ -113,13 +137,13 @@ class ClientExchange:
 
     def bytes_per_round(self) -> dict:
         """The global payload down to every trainer rank, every trainer rank's payload up (as the reduce's
-        inputs); each sampled client's state down and back up when the rule keeps one."""
+        inputs) or every client's upload; each sampled client's state down and back up when the rule keeps one."""
         R = len(self.trainers)
         state = 0
         if self.store is not None:
             state = len(self.clients) * self.store.layout.numel * self.store.initial.element_size()
-        return {"up": R * self.payload.numel() * self.payload.element_size() + state,
-                "down": R * self._down_bytes + state, "intra": 0}
+        up = self._rows.numel() * self._rows.element_size() if self.gives_uploads else R * self.payload.numel() * 8
+        return {"up": up + state, "down": R * self._down_bytes + state, "intra": 0}
 
     def state_dict(self) -> dict:
         state = {"sampler": self.sampler.state_dict()}
@@ -165,6 +189,10 @@ class TrainerSide:
 
     def send_local(self, payload: torch.Tensor) -> None:
         dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)
+
+    def send_upload(self, upload: torch.Tensor) -> None:
+        """One client's upload [theta_k | up payloads], into its row on the server (every_upload)."""
+        dist.send(upload, dst=SERVER, group=self.group, tag=UPLOAD_TAG)
 
     def send_stats(self, r: int, stats: dict) -> None:
         comm.gather(stats, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,

@@ -42,14 +42,18 @@ class LocalTrainer:
         return torch.zeros(self.up.flat.numel() + 1, dtype=torch.float64, device=self.device)
 
     def train_round(self, down: torch.Tensor, clients: list[int], r: int, lr: float,
-                    states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, dict]:
+                    states: list[torch.Tensor] | None = None, each=None) -> tuple[torch.Tensor, dict]:
         """(payload, statistics) after training `clients` from the global payload `down` in round r; `states`:
-        the clients' states (per-client rules), updated in place."""
+        the clients' states (per-client rules), updated in place. `each`: called with every client's upload
+        [theta_k | up payloads] as it is trained (the payload then sums only the counts)."""
         out = self.payload()
         loss_sum, images = 0.0, 0
         for i, k in enumerate(clients):
             loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
-            if self.clip is None:
+            if each is not None:
+                each(self.up.flat)
+                out[-1] += n
+            elif self.clip is None:
                 out[:-1].add_(self.up.flat.to(torch.float64), alpha=n)
                 out[-1] += n
             else:       # DP's rules have no payloads: the upload is theta_k, the reference Theta

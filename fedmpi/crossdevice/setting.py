@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from fedmpi.config.aggregation import reads_every_upload
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, test_accuracy
@@ -21,10 +22,14 @@ from fedmpi.core.server import Server
 
 class ExampleCounts:
     """The cross-device round's weighting: each client by its example count, applied on the trainer ranks before
-    the exchange's reduction, so the server's step gets no w (None)."""
+    the exchange's reduction, so the server's step gets no w (None); when the exchange keeps every client's upload
+    (rows), w is n_k / sum n_k over them."""
 
-    def for_round(self, r: int, rows) -> None:
-        return None
+    def __init__(self, setting):
+        self.setting = setting
+
+    def for_round(self, r: int, rows) -> torch.Tensor | None:
+        return None if rows is None else self.setting.uploads.example_weights()
 
 
 class TestAccuracy:
@@ -34,7 +39,7 @@ class TestAccuracy:
 
     def __init__(self, setting, log, stream=sys.stdout):
         self.setting, self.log, self.stream = setting, log, stream
-        self.weighting = ExampleCounts()
+        self.weighting = ExampleCounts(setting)
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, float] | None = None
 
@@ -88,6 +93,7 @@ class CrossDeviceSetting:
         self.data = open_client_data(self.cfg)
         self.model = build_client_model(self.cfg, ctx.device, ctx.dtype)
         self.state = None          # the server's BackboneState over self.model, set by `exchange`
+        self.uploads = None        # the server's ClientExchange, set by `exchange`
         self.parties = [p.name for p in ctx.layout.parties]     # one row: the sampled clients
         population = len(self.data.parts)
         c = self.cfg.clients
@@ -106,7 +112,9 @@ class CrossDeviceSetting:
     def exchange(self, server) -> ClientExchange:
         self.state = server.state
         store = client_store(server.algorithm, server.state.trainable)
-        return ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.up_numel, server.log, store)
+        self.uploads = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.up_numel, server.log, store,
+                                      every_upload=reads_every_upload(self.cfg))
+        return self.uploads
 
 
 def run_client_server(ctx, run_dir, resume=None) -> int:

@@ -5,6 +5,7 @@ next global payload and lets the rule rebuild its global_state from it (PFM's M)
 from __future__ import annotations
 
 from fedmpi.algorithms.build import build_algorithm
+from fedmpi.config.aggregation import reads_every_upload
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.exchange import TrainerSide
 from fedmpi.crossdevice.local_training import LocalTrainer
@@ -31,6 +32,7 @@ class ClientTrainer:
                                   device=ctx.device, dtype=ctx.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None)
         self.previous = self.local.down.theta.clone()
+        self.each = self.trainer_side.send_upload if reads_every_upload(cfg) else None
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
         cfg = self.ctx.cfg
@@ -49,13 +51,14 @@ class ClientTrainer:
 
     def train(self, r: int, lr: float) -> tuple:
         """The clients one after another: (sum n_k [theta_k | up payloads] | sum n_k, the round's statistics)."""
-        return self.local.train_round(self.local.down.flat, self.clients, r, lr, self.states)
+        return self.local.train_round(self.local.down.flat, self.clients, r, lr, self.states, self.each)
 
     def exchange(self, r: int, trained) -> None:
         ex, local = self.trainer_side, self.local
         if self.states:
             ex.send_states(self.states)
-        ex.send_local(trained[0])
+        if self.each is None:
+            ex.send_local(trained[0])
         self.previous.copy_(local.down.theta)
         ex.receive_global(local.down.flat)
         local.new_global(self.previous, self.lr)

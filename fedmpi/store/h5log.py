@@ -1,7 +1,8 @@
 """The run log: one HDF5 file per run, written by the server, readable while the run writes (SWMR).
 
 Layout (schema version 1):
-  /                attrs: schema_version, fedmpi_version, algorithm, run_name, created, parties (JSON list)
+  /                attrs: schema_version, fedmpi_version, algorithm, run_name, created, parties (JSON list),
+                   placement (JSON list, one {rank, node, local_rank, address} per rank of the latest launch)
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
   /data            attrs: one JSON description per party dataset (and the split / partition hashes)
@@ -52,7 +53,8 @@ class RunLog:
     def __init__(self, path: str | Path, *, config_yaml: str, algorithm: str, run_name: str,
                  parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
                  data: dict | None = None, resume_round: int | None = None, config_changes: dict | None = None,
-                 eval_columns: dict[str, list[str]] | None = None, extra_tables: dict | None = None):
+                 eval_columns: dict[str, list[str]] | None = None, extra_tables: dict | None = None,
+                 placement: list[dict] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_round is not None and self.path.exists():
@@ -69,6 +71,8 @@ class RunLog:
                 for name, columns in (extra_tables or {}).items():  # {table: {column: (shape, dtype)}}
                     _table(f.require_group(name), columns)
             self.f = h5py.File(self._unpublished, "r+", libver="latest")
+        if placement:  # this launch's (a resumed run may run on other nodes); SWMR allows no new attribute later
+            self.f.attrs["placement"] = json.dumps(placement)
         self.f.swmr_mode = True
 
     def _publish(self) -> None:
@@ -219,6 +223,11 @@ class LogReader:
     @property
     def val_sets(self) -> list[str]:
         return json.loads(self.f["eval"].attrs.get("sets", "[]"))
+
+    @property
+    def placement(self) -> list[dict]:
+        """Where the latest launch ran each rank: {rank, node, local_rank, address} (empty in older logs)."""
+        return json.loads(self.f.attrs.get("placement", "[]"))
 
     def table(self, name: str) -> dict[str, np.ndarray]:
         """All columns of a table, cut to the shortest (a row being appended is not yet whole)."""

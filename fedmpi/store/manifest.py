@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -42,6 +43,7 @@ class Part:
     size: int
     sha256: str
     rank: int
+    node: str = ""      # the host that wrote it (on a cluster: each silo's part on its own node)
 
 
 def _sha256(path: Path) -> str:
@@ -72,7 +74,7 @@ def write_part(folder: Path, name: str, tree: dict, attrs: dict, rank: int) -> P
     size, digest = tmp.stat().st_size, _sha256(tmp)
     os.replace(tmp, final)
     _fsync(folder)
-    return Part(name, size, digest, rank)
+    return Part(name, size, digest, rank, socket.gethostname())
 
 
 def read_part(path: Path, keys: tuple[str, ...] | None = None) -> dict:
@@ -180,7 +182,7 @@ def resolve_checkpoint(path: Path, report: Callable[[str], None] | None = None) 
 def write_manifest(folder: Path, rounds_done: int, step: int, parts: list[Part], meta: dict) -> None:
     manifest = {"format": FORMAT, "version": VERSION, "round": rounds_done, "step": step, **meta,
                 "created": datetime.datetime.now().isoformat(timespec="seconds"),
-                "parts": {p.name: {"size": p.size, "sha256": p.sha256, "rank": p.rank}
+                "parts": {p.name: {"size": p.size, "sha256": p.sha256, "rank": p.rank, "node": p.node}
                           for p in sorted(parts, key=lambda p: p.rank)}}
     tmp = folder / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
