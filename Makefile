@@ -84,7 +84,10 @@ fedface-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce fedface --scale cpu $(ARGS)
 
 # A bad party vs FedAvg, FedFace's FV and the robust rules, and DP-FedAvg's privacy-utility curve
-# (jobs/badparty_study.py) into docs/results/badparty_cpu.md; LOCK: a flock file each run holds while it runs
+# (jobs/badparty_study.py) into docs/results/badparty_cpu.md; LOCK: a flock file the runs hold while they run
+# (released between runs once held LOCK_HOLD seconds)
 LOCK ?= /tmp/fedmpi-heavy.lock
+LOCK_HOLD ?= 300
 badparty-cpu: $(STAMP) bytecode
-	$(PY) -m jobs.reproduce badparty --scale cpu --folder docs/results/badparty-cpu --lock $(LOCK) $(ARGS)
+	$(PY) -m jobs.reproduce badparty --scale cpu --folder docs/results/badparty-cpu --lock $(LOCK) \
+		--lock-hold $(LOCK_HOLD) $(ARGS)

@@ -105,7 +105,8 @@ SCALES = {
                "krum": robust("krum", **{"3": {"f": 0}, "12": {"f": 1}})},
         cells=(Cell("3", ("fedavg", "fedface"), KINDS, (0, 1, 2)),
                Cell("3", ("median", "krum"), ("shuffled", "flipped"), (0, 1)),
-               Cell("12", ("fedavg", "fedface", "median", "trimmed_mean", "krum"), ("flipped",), (0, 1))),
+               Cell("12", ("fedavg", "fedface", "median", "trimmed_mean", "krum"), ("flipped",), (0, 1)),
+               Cell("12", ("fedavg",), ("clean",), (0, 1))),
         dp_silo=(0.003, 0.03, 0.3),
         dp_silo_options=("fed.dp.adaptive=true", "fed.dp.target_quantile=0.5", "fed.dp.clip=1.0",
                          "fed.dp.count_noise=0.2"),
@@ -175,7 +176,7 @@ def study(scale: BadPartyScale) -> list[RunSpec]:
 def _priority(run: RunSpec) -> tuple:
     """The order runs go in, so that a study cut short has its most telling runs: 3 parties with FedAvg and
     FedFace seed by seed (issue 24), the robust rules, the privacy-utility curve, then 12 parties (the
-    flipped update first: a shuffled party among 12 moves FedAvg little)."""
+    flipped update first: a shuffled party among 12 moves FedAvg little; FedFace, whose FV costs most, last)."""
     labels = run.labels
     rank = {"fedface": 0, "fedavg": 1, "median": 2, "krum": 3, "trimmed_mean": 4}.get(labels["method"], 5)
     kind = {"shuffled": 0, "flipped": 1, "clean": 2}[labels["bad"]]
@@ -183,4 +184,4 @@ def _priority(run: RunSpec) -> tuple:
         return (3, labels["layout"], labels["z"])
     if labels["layout"] == "3":
         return (0 if rank <= 1 else 2, labels["seed"], rank, kind)
-    return (4, -kind, labels["seed"], rank)        # 12 parties: the flipped update first
+    return (4, -kind, rank == 0, labels["seed"], rank)   # 12 parties: the flipped update first, FedFace last

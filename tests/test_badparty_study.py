@@ -90,3 +90,28 @@ def test_a_folder_inside_the_repository_is_planned_with_paths_relative_to_it():
     assert out.returncode == 0, out.stderr
     assert "data.root=sweeps/plan-only/data log.dir=sweeps/plan-only/runs log.name=p3-fedface-shuffled-s0" in out.stdout
     assert str(ROOT) not in out.stdout and not (ROOT / "sweeps" / "plan-only").exists()
+
+
+def test_the_committed_results_file_holds_the_numbers_of_its_logs():
+    """docs/results/badparty_cpu.md against the committed logs, read here without the report's code: FedFace's
+    final FV weight of the bad party and its clean twin's, and the held-out accuracy (mean of the final
+    evaluation over the validation sets)."""
+    import numpy as np
+
+    from fedmpi.store.h5log import LogReader
+    from test_reproduce import md_rows
+
+    results = ROOT / "docs" / "results"
+    rows = md_rows((results / "badparty_cpu.md").read_text(), "## Issue 24")
+    assert {r[0] for r in rows} == {"shuffled", "flipped"} and len(rows) >= 6
+
+    def read(name):
+        with LogReader(results / "badparty-cpu" / "runs" / name / "log.h5") as log:
+            ga, ev = log.parties.index("ga"), log.table("eval")
+            accuracy = 100 * np.mean([ev[f"{s}/accuracy"][-1] for s in log.val_sets])
+            return float(log.table("fv")["w"][-1][ga]), accuracy
+
+    for row in rows:
+        w_bad, accuracy = read(f"p3-fedface-{row[0]}-s{row[1]}")
+        w_clean, _ = read(f"p3-fedface-clean-s{row[1]}")
+        assert (row[3], row[4], row[8]) == (f"{w_bad:.3f}", f"{w_clean:.3f}", f"{accuracy:.3f}")

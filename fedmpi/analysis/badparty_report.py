@@ -153,7 +153,7 @@ def weights_figure(outcomes: dict, path: Path) -> bool:
                 ax.plot(np.arange(1, o.fv_w.size + 1), o.fv_w, style, color=f"C{o.labels['seed']}",
                         label=f"{k} seed {o.labels['seed']}")
         ax.axhline(1 / 3, color="grey", lw=0.8)
-        ax.set_title(f"FedFace: FV weight of ga ({kind} vs clean twin, dotted)")
+        ax.set_title(f"FedFace, w_ga: {kind} (solid), clean twin (dotted)", fontsize=9)
         ax.set_xlabel("FV iteration")
         ax.set_ylabel("w_ga")
         ax.legend(fontsize=7)
