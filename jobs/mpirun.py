@@ -29,9 +29,24 @@ def mpi_env(extra: dict | None = None) -> dict:
     return env
 
 
+TERMINATE_GRACE_S = 15.0
+
+
 def mpirun(n: int, argv: list[str], timeout: float = 180, env: dict | None = None,
            cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """Run `mpirun -n N python ARGV...`; output captured as text. Raises TimeoutExpired past `timeout`."""
     cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(n), sys.executable, *argv]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(env),
-                          cwd=str(cwd or ROOT))
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(env),
+                          cwd=str(cwd or ROOT)) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: mpirun then ends its ranks (SIGKILL, as subprocess.run sends, would orphan them)
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
