@@ -127,18 +127,21 @@ def validate_aggregation(cfg, fail) -> dict:
 def reads_every_upload(cfg) -> bool:
     """Whether the server's aggregator reads each upload (a robust rule, the silo's Gaussian mean): then the
     cross-device trainer ranks send every client's upload instead of their sum."""
-    if cfg.fed.dp.enabled:
-        return not cfg.cross_device
-    return aggregation_rule(cfg)[1].needs_uploads
+    cls = gaussian_mechanism(cfg) if cfg.fed.dp.enabled else aggregation_rule(cfg)[1]
+    return cls.needs_uploads
+
+
+def gaussian_mechanism(cfg):
+    """DP-FedAvg's aggregator class: per party at the server (silo), or over clients clipped on the trainer ranks."""
+    from fedmpi.aggregation.dp import ClientGaussianMean, GaussianMean
+
+    return ClientGaussianMean if cfg.cross_device else GaussianMean
 
 
 def build_aggregator(cfg, algorithm, reference):
     """The server's aggregator: fed.dp's Gaussian mean, the rule named by fed.aggregation, or the rule's own."""
-    from fedmpi.aggregation.dp import ClientGaussianMean, GaussianMean
-
     if cfg.fed.dp.enabled:
-        kind = ClientGaussianMean if cfg.cross_device else GaussianMean
-        return kind(cfg.fed.dp, reference, uploads(cfg))
+        return gaussian_mechanism(cfg)(cfg.fed.dp, reference, uploads(cfg))
     name, cls, options = aggregation_rule(cfg)
     return algorithm.aggregator() if name == "mean" else cls(options)
 

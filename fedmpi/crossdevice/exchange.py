@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.core.seams import RoundStats, round_statistics
@@ -86,8 +87,9 @@ class ClientExchange:
             self._send_states(assignment)
         if self.gives_uploads:
             row = {int(k): i for i, k in enumerate(self.clients)}
-            self._work = [dist.irecv(self._rows[row[k]], src=rank, group=self.group, tag=UPLOAD_TAG)
-                          for rank, ks in zip(self.trainers, assignment) for k in ks]
+            self._work = [ReceivesInBackground([dist.irecv(self._rows[row[k]], src=rank, group=self.group,
+                                                           tag=UPLOAD_TAG)
+                                                for rank, ks in zip(self.trainers, assignment) for k in ks])]
             return
         self.payload.zero_()
         self._work = [dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)]
@@ -142,7 +144,7 @@ class ClientExchange:
         state = 0
         if self.store is not None:
             state = len(self.clients) * self.store.layout.numel * self.store.initial.element_size()
-        up = self._rows.numel() * self._rows.element_size() if self.gives_uploads else R * self.payload.numel() * 8
+        up = self._rows.numel() * self._rows.element_size() if self.gives_uploads else R * self.payload.numel() * self.payload.element_size()
         return {"up": up + state, "down": R * self._down_bytes + state, "intra": 0}
 
     def state_dict(self) -> dict:

@@ -10,13 +10,12 @@ Statistics: every trainer rank sends its round's numbers to the server over MPI.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.core.context import Context
 from fedmpi.core.seams import RoundStats, round_statistics
@@ -107,32 +106,6 @@ class SiloExchange:
         parties = self.ctx.layout.parties
         return {"up": up * len(parties), "down": down * len(parties),
                 "intra": down * sum(len(p.ranks) - 1 for p in parties)}
-
-
-class ReceivesInBackground:
-    """gloo's point-to-point receives, waited on by a thread of their own: a gloo receive's `is_completed()`
-    stays False until `wait()` is called, so the server could not see the uploads land and would keep doing side
-    work (adaptive FV) for as long as it had any. `wait()` re-raises what the thread's wait raised."""
-
-    def __init__(self, works: list):
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._wait_all, args=(works,), name="uploads", daemon=True)
-        self._thread.start()
-
-    def _wait_all(self, works: list) -> None:
-        try:
-            for work in works:
-                work.wait()
-        except BaseException as exc:       # handed to the round loop's thread by wait()
-            self.error = exc
-
-    def is_completed(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self) -> None:
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 # ---------------------------------------------------------------- the trainer's side
