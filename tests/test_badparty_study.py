@@ -129,3 +129,39 @@ def test_the_committed_results_file_holds_the_numbers_of_its_logs():
         w_bad, accuracy = read(f"p3-fedface-{row[0]}-s{row[1]}")
         w_clean, _ = read(f"p3-fedface-clean-s{row[1]}")
         assert (row[3], row[4], row[8]) == (f"{w_bad:.3f}", f"{w_clean:.3f}", f"{accuracy:.3f}")
+
+
+def test_a_diverged_run_is_shown_as_such_and_left_out_of_the_means():
+    from fedmpi.analysis.badparty_report import Outcome, accuracy_cell
+
+    def outcome(accuracy, diverged_round=None):
+        o = Outcome.__new__(Outcome)
+        o.accuracy, o.diverged_round = accuracy, diverged_round
+        return o
+
+    runs = [outcome(80.0), outcome(70.0), outcome(float("nan"), 12)]
+    assert accuracy_cell(runs) == "75.00 ± 5.00 (1 of 3 diverged)"
+    assert accuracy_cell(runs[:2]) == "75.00 ± 5.00"
+    assert runs[2].shown_accuracy == "diverged (round 12)" and runs[0].shown_accuracy == 80.0
+
+
+def test_the_committed_privacy_curve_holds_the_numbers_of_its_logs():
+    """docs/results/badparty_cpu.md's privacy-utility table against the committed logs, read here without the
+    report's code: ε after the last round and the held-out accuracy (or the round the model diverged)."""
+    import numpy as np
+
+    from fedmpi.store.h5log import LogReader
+    from test_reproduce import md_rows
+
+    results = ROOT / "docs" / "results"
+    rows = [r for r in md_rows((results / "badparty_cpu.md").read_text(), "## Issue 25: privacy") if float(r[1])]
+    assert {r[0].split(",")[0] for r in rows} == {"silo", "cross-device"} and len(rows) >= 10
+    for setting, z, eps, _, shown in rows:
+        name = f"dp-silo-C20-z{float(z):g}" if setting.startswith("silo") else f"dp-cross-z{float(z):g}"
+        with LogReader(results / "badparty-cpu" / "runs" / name / "log.h5") as log:
+            epsilon, ev = log.table("privacy")["epsilon"][-1], log.table("eval")
+            accuracy = np.array([ev[f"{s}/accuracy"] for s in log.val_sets or ["test"]])
+        lost = np.flatnonzero(np.isnan(accuracy).any(axis=0))
+        expected = (f"diverged (round {ev['round'][lost[0]] + 1})" if lost.size
+                    else f"{100 * accuracy[:, -1].mean():.4f}")
+        assert (eps, shown) == (f"{epsilon:.4f}", expected), name
