@@ -181,14 +181,14 @@ def study(scale: BadPartyScale) -> list[RunSpec]:
 
 def _priority(run: RunSpec) -> tuple:
     """The order runs go in, so that a study cut short has its most telling runs: 3 parties with FedAvg and
-    FedFace seed by seed (issue 24), the robust rules, 12 parties without FedFace (the flipped update first: a
-    shuffled party among 12 moves FedAvg little), the privacy-utility curve, then FedFace among 12 parties (its FV
+    FedFace seed by seed (issue 24), the robust rules, the privacy-utility curve, 12 parties without FedFace (the
+    flipped update first: a shuffled party among 12 moves FedAvg little), then FedFace among 12 parties (its FV
     costs most)."""
     labels = run.labels
     rank = {"fedface": 0, "fedavg": 1, "median": 2, "krum": 3, "trimmed_mean": 4}.get(labels["method"], 5)
     kind = {"shuffled": 0, "flipped": 1, "clean": 2}[labels["bad"]]
     if labels["part"] == "dp":
-        return (4, labels["layout"], labels["z"])
+        return (2.5, labels["layout"], labels["z"])
     if labels["layout"] == "3":
         return (0 if rank <= 1 else 2, labels["seed"], rank, kind)
     return (5 if rank == 0 else 3, -kind, labels["seed"], rank)
