@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from fedmpi.comm import control, nodes
+from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
 from fedmpi.comm.topology import SERVER, build_layout, check_world_size
@@ -124,6 +125,7 @@ def prepare_data(cfg, layout) -> dict:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signals.install()  # a preemption signal from now on stops the run at a round boundary, with a checkpoint
+    quiet_open_mpi_windows()
     from mpi4py import MPI
 
     mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink
