@@ -7,6 +7,10 @@ guard.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # before torch and MPI start (glibc reads its malloc tunables at a process's start)
+    from fedmpi.core.malloc import start_again_tuned
+    start_again_tuned()
+
 import argparse
 import datetime
 import sys

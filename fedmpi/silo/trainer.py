@@ -67,6 +67,8 @@ class Trainer:
                              zeros=self.node.zeros if self.node else None)
         # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
         self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
+        if self.is_leader and ctx.device.type == "cpu":
+            self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
         self.take_global()
