@@ -8,12 +8,12 @@ nodes' links once. On GPUs every rank keeps its own copy on its device: nothing 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
-from fedmpi import comm
 from fedmpi.comm import nodes
+
+if TYPE_CHECKING:
+    import torch
 
 
 _SHARED: set[int] = set()   # where the shared tensors of this process start (for bench/memory_probe.py)
@@ -49,8 +49,9 @@ class NodeShare:
         self.keepers = keepers_group
         self._windows: list = []
 
-    def zeros(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    def zeros(self, numel: int, dtype: "torch.dtype") -> "torch.Tensor":
         """A zeroed tensor of `numel` values in memory the party's ranks on this node share (collective over them)."""
+        import torch
         from mpi4py import MPI
 
         item = torch.empty((), dtype=dtype).element_size()
@@ -75,6 +76,10 @@ class NodeShare:
     def wait_for_party(self, what: str) -> None:
         """Every rank of the party has come here: before the keeper overwrites what the others read, and before
         they read what it wrote."""
+        import torch.distributed as dist
+
+        from fedmpi import comm
+
         with comm.naming_failures(f"{what}: barrier over {comm.group_label(self._label, self._party)}"):
             dist.barrier(group=self._party)
 
