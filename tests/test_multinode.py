@@ -178,7 +178,7 @@ def test_traffic_on_every_link_is_what_the_log_counts(bed, ws, reference):
         rounds, placement = log.table("rounds"), log.placement
     parties = [[1, 2], [3], [4]]                                  # MS1M, GA, VGG
     up, down = int(rounds["bytes_up"][0]) // 3, int(rounds["bytes_down"][0]) // 3
-    assert int(rounds["bytes_intra"][0]) == down                  # MS1M's second rank gets the model from its leader
+    assert int(rounds["bytes_intra"][0]) == 0                     # MS1M's two ranks share one copy on their node
     expected = expected_link_bytes(placement, parties, up, down, ROUNDS)
     expected.setdefault("n4", {"in": 0, "out": 0})
     table = [(node, way, expected[node][way], traffic[node][way]) for node in sorted(expected) for way in ("in", "out")]
@@ -190,6 +190,19 @@ def test_traffic_on_every_link_is_what_the_log_counts(bed, ws, reference):
     # intra-party copies (bytes_intra) none
     assert expected["n3"]["in"] == ROUNDS * 3 * up
     assert sum(e["in"] for e in expected.values()) == ROUNDS * 3 * up + (ROUNDS + 1) * 3 * down
+
+
+def test_a_party_split_over_two_nodes_passes_theta_between_its_keepers_and_ends_as_on_one_node(bed, ws, reference):
+    """MS1M's two ranks on n1 and n4, each the keeper of its node's one copy of Θ and PFM's M (comm/node_share.py):
+    the leader passes Θ to n4 over the keepers' group, which the log counts as bytes_intra, and the run ends bitwise
+    where the reference (MS1M's ranks sharing one copy on n1) ends."""
+    run_to_end(bed, ws, "split", ["n3", "n1", "n4", "n2", "n2"])   # server, MS1M x2, GA, VGG
+    theta, rounds = final_state(ws, "split")
+    ref_theta, ref_rounds = final_state(ws, "reference")
+    assert bool((theta == ref_theta).all())
+    np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
+    assert list(rounds["bytes_intra"]) == list(rounds["bytes_down"] // 3)    # Θ from n1 to n4, once a round
+    assert list(ref_rounds["bytes_intra"]) == [0] * ROUNDS
 
 
 # ---------------------------------------------------------------- names

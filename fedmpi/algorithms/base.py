@@ -14,7 +14,9 @@ parameters; the roles pack them after the backbone in one flat buffer. `client_s
 the trainer-state keys that must survive a round where a trainer rank trains other clients each round (the
 cross-device simulation): those that belong to one client (SCAFFOLD's c_i, kept for it between its rounds)
 and those that `on_global` rebuilds from the global models (PFM's M, the same on every trainer); any other key
-starts afresh for every client and round there. A silo party keeps its whole trainer state. No MPI here: the
+starts afresh for every client and round there. A silo party keeps its whole trainer state; where a party's ranks
+share a node on CPU, its global_state is one copy per node and only the node's keeper calls on_global, which
+therefore writes nothing but global_state keys. No MPI here: the
 roles move the tensors, a rule only does arithmetic on them. `params`, `grads` are lists of parameter tensors;
 `state` is a plain dict of tensors so that checkpoints store it as is.
 """
