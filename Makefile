@@ -54,9 +54,10 @@ eval-demo: $(STAMP) bytecode
 		--out runs/eval-demo/benchmarks
 
 # Two pytest-xdist workers: much of the suite waits (Slurm jobs, launches, timeouts) or runs one thread in-process.
+# Groups of tests (tests/conftest.py) start in collection order, the longest first (not xdist's order by count).
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP) bytecode
-	$(PY) -m pytest tests -q -ra -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -ra -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The GPU path in one command of at most 8 minutes (bench/gpu_check.py): trainer vs plain-PyTorch throughput,
 # the sharded classifier on CUDA, a 3-rank run on one GPU resumed bitwise, the startup and FV benchmarks on the
