@@ -112,6 +112,23 @@ def test_the_bed_removes_all_it_made_after_a_failure_and_after_its_owner_died(tm
     assert node_bed.leftovers(tag) == []
 
 
+def test_where_namespaces_are_refused_the_tests_skip_with_the_reason_and_fail_under_ci():
+    """Root without CAP_NET_ADMIN and CAP_SYS_ADMIN (dropped from the bounding set, as in a container that refuses
+    namespaces): a multi-node test is skipped with the probe's own reason, or fails with it under CI=true."""
+    require_bed()
+    pytest_in = ["setpriv", "--bounding-set=-net_admin,-sys_admin", sys.executable, "-m", "pytest", __file__, "-q",
+                 "-rsf", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_placement_and_node_local_ranks"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CI"))}
+    reason = "network namespaces are refused here: ip netns add: "
+    skipped = subprocess.run(pytest_in, capture_output=True, text=True, timeout=120, env=env, cwd=str(node_bed.ROOT))
+    assert skipped.returncode == 0 and re.search(rf"SKIPPED \[1\] .*: {reason}.*not permitted", skipped.stdout), \
+        skipped.stdout + skipped.stderr
+    failed = subprocess.run(pytest_in, capture_output=True, text=True, timeout=120, env={**env, "CI": "true"},
+                            cwd=str(node_bed.ROOT))
+    assert failed.returncode == 1 and f"CI must run the multi-node tests: {reason}" in failed.stdout, \
+        failed.stdout + failed.stderr
+
+
 # ---------------------------------------------------------------- a run across three nodes
 
 
