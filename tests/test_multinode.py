@@ -3,8 +3,10 @@ bridge) for the whole module, the 3-party run (server + MS1M 2 + GA 1 + VGG 1) p
 places it (MS1M on one node, GA + VGG on the next, the server on a third) and launched with plain
 `mpirun --hostfile` through the bed's rsh agent. What a cluster user depends on: the placement and the node-local
 ranks read back from the run log, the traffic on every link against the log's byte counts, the rendezvous and
-gloo on the nodes' own addresses, a one-line error for a node whose name does not resolve, a node that fails
-mid-round named in one line, and a resume on other nodes equal to the uninterrupted run."""
+gloo on the nodes' own addresses, one error line naming the nodes whose names do not resolve or resolve to
+loopback, a node that fails mid-round named in one line, and a resume on other nodes equal to the uninterrupted
+run. Under Slurm: the 3-party script preempted and requeued, a node's link lost, the 12-party script on 4 nodes
+launched with mpirun."""
 from __future__ import annotations
 
 import os
