@@ -6,7 +6,9 @@ Exact on known inputs: the attack's arithmetic; the effective weights of a weigh
 chosen upload, of a median of planted outliers near zero. Under mpirun (one FedAvg round of 2 parties, float64,
 the session's shared launch): what the server averages is linear in the scale, so the global models after a
 round with b's scale 1, 0 and -1 satisfy Θ(1) + Θ(-1) = 2 Θ(0) in the trainable values, while the BN statistics
-go as trained (equal in all three); the logged influence of FedAvg is w. Refusals: one line each."""
+go as trained (equal in all three); the logged influence of FedAvg is w. A party that sends an update scaled by
+1e300 leaves a global model whose embeddings are not finite: the run ends cleanly, its evaluation logged as NaN (a
+diverged model is a result). Refusals: one line each."""
 import numpy as np
 import pytest
 import torch
@@ -24,6 +26,8 @@ ONE_ROUND = [*SMALL, "fed.algorithm=fedavg", "fed.K=3", "optim.epochs=1", "optim
              "optim.milestones=[]", "log.influence=true"]
 SCALED = {scale: declare(f"attack-b-{scale}", [*ONE_ROUND, f"parties.b.attack.scale={scale}"])
           for scale in (1, 0, -1)}
+DIVERGED = declare("attack-b-diverges", [*(o for o in ONE_ROUND if o != "log.influence=true"), "eval.every=1",
+                                         "parties.b.attack.scale=1.0e+300"])
 
 
 class Rows:
@@ -78,6 +82,14 @@ def test_fedavg_averages_the_scaled_upload_and_logs_w_as_influence(shared_runs):
         assert list(influence["round"]) == [0]
         np.testing.assert_allclose(influence["weights"], [[0.5, 0.5]], atol=1e-9)
         assert influence["residual"][0] < 1e-6
+
+
+def test_a_diverged_global_model_ends_the_run_cleanly_with_its_evaluation_logged_as_nan(shared_runs):
+    with LogReader(shared_runs[DIVERGED] / "log.h5") as log:
+        rounds, evaluation, sets = log.table("rounds"), log.table("eval"), log.val_sets
+    assert list(rounds["round"]) == [0] and np.isfinite(rounds["loss"]).all()    # trained, then diverged
+    assert list(evaluation["round"]) == [0] and sets
+    assert all(np.isnan(evaluation[f"{name}/accuracy"][0]) for name in sets)
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,6 +1,9 @@
 """Central differential privacy (DP-FedAvg, fedmpi/aggregation/dp.py): clipping and the noise's scale exact on
 known updates, adaptive clipping's step (Andrew et al. 2021) replayed from the seeded generator, the accountant
-equal to dp-accounting's own composition, and the combinations DP cannot protect refused in one line."""
+equal to dp-accounting's own composition, and the combinations DP cannot protect refused in one line. The noised
+BatchNorm running variances are clamped at 0: under mpirun (the session's shared launch) a round with noise far
+above the model's values ends cleanly, the variances it made negative at 0 and its evaluation logged (where NaN
+embeddings made the server abort before)."""
 import math
 from types import SimpleNamespace
 
@@ -11,7 +14,15 @@ import torch
 from fedmpi.aggregation.accounting import ORDERS, epsilon
 from fedmpi.aggregation.dp import GaussianMean, update_noise_multiplier
 from fedmpi.config.aggregation import DPConfig
+from fedmpi.core.state import BackboneState
+from fedmpi.store.h5log import LogReader
+from shared_runs import declare
+from test_equivalence_mpi import SMALL
 from test_robust_aggregation import assert_refused
+
+LOUD = declare("dp-loud-noise", [*SMALL, "fed.algorithm=fedavg", "fv.enabled=false", "fed.K=3", "optim.epochs=1",
+                                 "optim.steps_per_epoch=3", "optim.milestones=[]", "eval.every=1",
+                                 "fed.dp.enabled=true", "fed.dp.clip=1.0", "fed.dp.noise_multiplier=5.0"])
 
 REF = torch.tensor([1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
 DELTAS = torch.tensor([[3.0, 4.0, 0.0, 0.0],      # norm 5: clipped to C = 1
@@ -61,6 +72,46 @@ def test_the_noise_has_the_stated_standard_deviation():
     out = torch.empty(n, dtype=torch.float64)
     dp(SimpleNamespace(rows=torch.zeros(4, n, dtype=torch.float64)), torch.full((4,), 0.25, dtype=torch.float64), out)
     assert out.std().item() == pytest.approx(1.5 * 2.0 * 0.25, rel=0.01)
+
+
+def test_the_noise_leaves_the_nonnegative_slices_clamped_at_zero_and_the_rest_as_drawn():
+    w = torch.full((3,), 1 / 3, dtype=torch.float64)
+    plain = combine(mechanism(noise_multiplier=30.0)[0], w)
+    dp = GaussianMean(DPConfig(enabled=True, clip=1.0, noise_multiplier=30.0, seed=5), REF.clone(), count=3,
+                      nonnegative=(slice(1, 3),))
+    clamped = combine(dp, w)
+    assert (plain[1:3] < 0).any()                      # the noise (std 10) does make a variance negative here
+    assert torch.equal(clamped[1:3], plain[1:3].clamp(min=0))
+    assert torch.equal(clamped[[0, 3]], plain[[0, 3]])
+
+
+def test_the_state_knows_where_the_batchnorm_running_variances_lie():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Conv2d(4, 2, 1),
+                              torch.nn.BatchNorm1d(2))
+    with torch.no_grad():
+        for i, bn in ((1, net[1]), (3, net[3])):
+            bn.running_var.copy_(torch.arange(bn.num_features) + 10.0 * i)
+    state = BackboneState(net)
+    flat = state.read()
+    assert [flat[s].tolist() for s in state.variances] == [[10.0, 11.0, 12.0, 13.0], [30.0, 31.0]]
+
+
+def test_a_round_of_loud_noise_ends_cleanly_with_the_variances_clamped_and_its_evaluation_logged(shared_runs):
+    """Noise of std >= 2.5 on values of ~1: the variances it made negative are 0 in the final model, and the
+    evaluation of that model is logged (finite, or NaN where the noised weights overflow float32 embeddings: the
+    server no longer aborts on it)."""
+    from fedmpi.config import load_config
+    from fedmpi.models.backbone import build_backbone
+
+    final = torch.load(f"{shared_runs[LOUD]}.pt")
+    with LogReader(shared_runs[LOUD] / "log.h5") as log:
+        rounds, evaluation, noise = log.table("rounds")["round"], log.table("eval"), log.table("privacy")["noise_std"]
+    assert len(noise) == 1 and noise[0] >= 5.0 * 1.0 / 2      # z C max w: noise well above a variance of ~1
+    assert list(rounds) == [0] and list(evaluation["round"]) == [0]
+    cfg = load_config(None, [*SMALL, "fv.enabled=false", "fed.K=3"])
+    variances = torch.cat([final["theta"][part] for part in BackboneState(build_backbone(
+        cfg, torch.device("cpu"), torch.float64)).variances])
+    assert (variances >= 0).all() and (variances == 0).sum() > len(variances) // 10
 
 
 def test_adaptive_clipping_moves_C_by_the_noisy_unclipped_fraction():

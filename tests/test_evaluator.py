@@ -113,3 +113,21 @@ def test_evaluator_rejects_malformed_sets():
         Evaluator({"lfw": (images, issame)}, fv_folds="last")
     with pytest.raises(ValueError, match="cannot split 4 pairs into 10 folds"):
         Evaluator({"lfw": (images[:8], issame[:4])})
+
+
+def test_a_diverged_model_is_a_result_with_nan_metrics_and_its_line_says_so():
+    """Embeddings that are not finite (here a BatchNorm running variance below zero: NaN in eval mode) give NaN
+    held-out metrics instead of an error; the evaluation line names the sets."""
+    from fedmpi.metrics.evaluator import diverged
+    from fedmpi.silo.evaluation import accuracy_line
+
+    net = tiny_backbone(2)
+    with torch.no_grad():
+        net[1].running_var[0] = -1.0
+    evaluator = Evaluator({"lfw": pair_set(40, 0), "cfp_fp": pair_set(40, 1)}, fars=(0.1,))
+    held = evaluator.evaluate(net)
+    assert set(held) == {"lfw", "cfp_fp"} and set(held["lfw"]) == {"accuracy", "accuracy_std", "tar@far=0.1"}
+    assert all(np.isnan(v) for metrics in held.values() for v in metrics.values())
+    assert diverged(held["lfw"]) and not diverged({"accuracy": 0.5})
+    assert accuracy_line(11, held) == ("eval after round 12: held-out accuracy % lfw nan  cfp_fp nan; diverged: the "
+                                       "global model's embeddings are not finite on lfw, cfp_fp (NaN logged)")

@@ -10,7 +10,10 @@ clipped on the trainer rank that trains it (`clip_into`) and counts once, whatev
 ranks' reduction gives the mean of the m sampled clients' clipped models and the server adds noise z·C/m
 (`ClientGaussianMean`; m is fixed by clients.fraction, so this is McMahan et al.'s fixed-denominator
 estimator). The noise comes from a generator seeded by fed.dp.seed whose state is
-saved with the checkpoint: a resumed run adds the same noise as an uninterrupted one."""
+saved with the checkpoint: a resumed run adds the same noise as an uninterrupted one. The BatchNorm running
+variances of the noised model are clamped at 0 (`nonnegative`): noise of z·C/P per coordinate makes some of them
+negative, and a BatchNorm layer in eval mode divides by their square root (NaN embeddings); the clamp reads only
+the mechanism's output, so it is post-processing and costs no privacy."""
 from __future__ import annotations
 
 import math
@@ -35,13 +38,14 @@ def update_noise_multiplier(z: float, count_noise: float) -> float:
 
 class GaussianMean(Aggregator):
     """`reference`: the global payload Θ the round's uploads started from (read before `out` is written: they
-    may be the same tensor); `options`: the fed.dp section; `count`: the uploads combined per round."""
+    may be the same tensor); `options`: the fed.dp section; `count`: the uploads combined per round;
+    `nonnegative`: slices of the payload clamped at 0 after the noise (BackboneState.variances)."""
     name, label = "dp_mean", "DP-FedAvg (Gaussian)"
     needs_uploads = True
 
-    def __init__(self, options, reference: torch.Tensor, count: int):
+    def __init__(self, options, reference: torch.Tensor, count: int, nonnegative: tuple[slice, ...] = ()):
         super().__init__(options)
-        self.reference, self.count = reference, count
+        self.reference, self.count, self.nonnegative = reference, count, tuple(nonnegative)
         self.clip = float(options.clip)
         self.count_noise = options.count_noise or count / 20
         self.z = (update_noise_multiplier(options.noise_multiplier, self.count_noise) if options.adaptive
@@ -68,8 +72,11 @@ class GaussianMean(Aggregator):
         return out
 
     def add_noise(self, out: torch.Tensor, std: float) -> None:
-        """out += N(0, std² I) from the seeded generator (drawn on the CPU, so the same on any device)."""
+        """out += N(0, std² I) from the seeded generator (drawn on the CPU, so the same on any device); then the
+        `nonnegative` slices clamped at 0."""
         out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
+        for part in self.nonnegative:
+            out[part].clamp_(min=0.0)
         self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}
 
     def adapt(self, norms: torch.Tensor) -> None:

@@ -138,10 +138,11 @@ def gaussian_mechanism(cfg):
     return ClientGaussianMean if cfg.cross_device else GaussianMean
 
 
-def build_aggregator(cfg, algorithm, reference):
-    """The server's aggregator: fed.dp's Gaussian mean, the rule named by fed.aggregation, or the rule's own."""
+def build_aggregator(cfg, algorithm, reference, nonnegative=()):
+    """The server's aggregator: fed.dp's Gaussian mean, the rule named by fed.aggregation, or the rule's own.
+    `nonnegative`: slices of the payload DP's noise must leave >= 0 (the BatchNorm running variances)."""
     if cfg.fed.dp.enabled:
-        return gaussian_mechanism(cfg)(cfg.fed.dp, reference, uploads(cfg))
+        return gaussian_mechanism(cfg)(cfg.fed.dp, reference, uploads(cfg), nonnegative)
     name, cls, options = aggregation_rule(cfg)
     return algorithm.aggregator() if name == "mean" else cls(options)
 

@@ -60,7 +60,7 @@ class Server:
                           **schema)
         self.side = setting.side_work(self)
         self.exchange = setting.exchange(self)
-        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat)
+        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat, self.state.variances)
         self.privacy = PrivacyReport(cfg, self.aggregator) if cfg.fed.dp.enabled else None
         self.influence = Influence(self.state.n_trainable) if cfg.log.influence else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)

@@ -10,6 +10,8 @@ class BackboneState:
     """The backbone's state as one flat buffer: [trainable params | frozen params | float buffers].
 
     Trainable parameters come first so that momentum-style state (PFM's M, FedAvgM's v) covers a prefix.
+    `variances`: where the BatchNorm running variances lie in the flat buffer (values that must stay >= 0 for the
+    model to evaluate; DP's noise is clamped there).
     """
 
     def __init__(self, backbone: torch.nn.Module):
@@ -20,6 +22,10 @@ class BackboneState:
         self.tensors = self.trainable + frozen + buffers
         self.n_trainable = sum(p.numel() for p in self.trainable)
         self.numel = sum(t.numel() for t in self.tensors)
+        names = {id(b): name for name, b in backbone.named_buffers()}
+        offsets = torch.tensor([0] + [t.numel() for t in self.tensors]).cumsum(0).tolist()
+        self.variances = [slice(offsets[i], offsets[i + 1]) for i, t in enumerate(self.tensors)
+                          if names.get(id(t), "").endswith("running_var")]
 
     def read(self, out: torch.Tensor | None = None) -> torch.Tensor:
         return comm.flatten(self.tensors, out)

@@ -2,7 +2,8 @@
 
 A validator owns one Evaluator over its private sets. Each set is (images uint8 [2N, 3, H, W], issame bool [N]),
 pairs laid out as consecutive images (2i, 2i+1) and folds contiguous, as in LFW-style .bin files.
-Accuracies are fractions in [0, 1].
+Accuracies are fractions in [0, 1]. A diverged model (an embedding not finite, so a pair score NaN or infinite) is a
+result, not an error: its held-out metrics on that set are NaN (`diverged`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ import torch
 from .embed import embed_images, pair_scores
 from .roc import tar_at_far, tar_key
 from .verification import fold_slices, fv_accuracy, heldout_accuracy, split_fv_folds
+
+
+def diverged(metrics: Mapping[str, float]) -> bool:
+    """Whether held-out metrics are those of a diverged model (accuracy NaN)."""
+    return metrics["accuracy"] != metrics["accuracy"]
 
 
 class Evaluator:
@@ -52,10 +58,15 @@ class Evaluator:
                 for name, (_, issame) in self.sets.items()}
 
     def heldout_metrics(self, scores: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
-        """Held-out accuracy (mean, std over folds, threshold from the other 9) and TAR@FAR on held-out pairs."""
+        """Held-out accuracy (mean, std over folds, threshold from the other 9) and TAR@FAR on held-out pairs;
+        all NaN on a set where a score is not finite (the model diverged)."""
         _, held = split_fv_folds(self.fv_folds, self.n_folds)
         results = {}
         for name, (_, issame) in self.sets.items():
+            if not np.isfinite(scores[name]).all():
+                results[name] = {"accuracy": np.nan, "accuracy_std": np.nan,
+                                 **{tar_key(far): np.nan for far in self.fars}}
+                continue
             accuracy = heldout_accuracy(scores[name], issame, self.fv_folds, self.n_folds, self.thresholds)
             slices = fold_slices(len(issame), self.n_folds)
             held_idx = np.concatenate([np.arange(slices[f].start, slices[f].stop) for f in held])

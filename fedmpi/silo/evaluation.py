@@ -1,7 +1,8 @@
 """Held-out evaluation of the global model Θ on every validation set, when asked for (eval.every = N > 0):
 after round 1, every N rounds, and after the last round; eval.every = 0 evaluates nothing. Each evaluated fold's threshold comes from the other 9 folds (the FV folds
 included); the validators compute the metrics, the server logs them to /eval and prints them, and at the end
-prints a table of the final model's accuracy next to the first round's. The large-scale benchmarks
+prints a table of the final model's accuracy next to the first round's. A diverged model (embeddings not finite)
+is logged with NaN metrics and said so in its evaluation line; the run goes on. The large-scale benchmarks
 (`eval.sets`, fedmpi.silo.benchmarks) are evaluated on the server at the same rounds and logged in the same
 row under their own metric names."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 import torch
 
 from fedmpi.core.schedule import evaluation_due
+from fedmpi.metrics.evaluator import diverged
 from fedmpi.silo.benchmarks import headline_line
 from fedmpi.store.h5log import EVAL_METRICS
 
@@ -34,6 +36,9 @@ def log_row(r: int, step: int, results: dict[str, dict[str, float]],
 def accuracy_line(r: int, results: dict, benchmarks: dict | None = None) -> str:
     parts = "  ".join(f"{name} {100 * m['accuracy']:.2f}" for name, m in results.items())
     extra = f"; {headline_line(benchmarks)}" if benchmarks else ""
+    lost = [name for name, m in results.items() if diverged(m)]
+    if lost:
+        extra += f"; diverged: the global model's embeddings are not finite on {', '.join(lost)} (NaN logged)"
     return f"eval after round {r + 1}: held-out accuracy % {parts}{extra}"
 
 
