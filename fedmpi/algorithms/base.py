@@ -23,9 +23,10 @@ roles move the tensors, a rule only does arithmetic on them. `params`, `grads` a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.aggregation.aggregators import WeightedMean
 from fedmpi.algorithms.server_optim import ServerOptimizer
@@ -81,6 +82,8 @@ class Algorithm:
 
     # ---- trainer side
     def init_trainer_state(self, params: list[torch.Tensor]) -> dict:
+        import torch
+
         if not self.local_momentum:
             return {}
         return {"momentum": [torch.zeros_like(p) for p in params]}
@@ -104,6 +107,8 @@ class Algorithm:
     def previous_global(self, state: dict, like: torch.Tensor) -> torch.Tensor | None:
         """Where a trainer keeps the previous Θ's trainable values (flat, like `like`) for on_global: None when
         on_global reads none (nothing is kept); PFM lends M's own memory, which eq. 6 rebuilds from it."""
+        import torch
+
         if type(self).on_global is Algorithm.on_global:
             return None
         return torch.empty_like(like)
@@ -129,12 +134,16 @@ class Algorithm:
 
 
 def add_weight_decay(grads: list[torch.Tensor], params: list[torch.Tensor], weight_decay: float) -> None:
+    import torch
+
     if weight_decay:
         torch._foreach_add_(grads, params, alpha=weight_decay)
 
 
 def momentum_sgd(params, grads, lr: float, momentum: float, buffers: list | None) -> None:
     """PyTorch's SGD (no dampening, not Nesterov): buf <- momentum*buf + g; p <- p - lr*buf."""
+    import torch
+
     if momentum:
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads)
