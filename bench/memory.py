@@ -17,8 +17,10 @@ Printed per role (mean over its ranks, MB): torch itself after import; at the st
 parameters, optimizer state (the rule's trainer or server state, the classifier's momentum), classifier shard,
 kept flat buffers (by name below the table), data, and the rest (interpreter, MPI and gloo, Python objects);
 during the rounds the gradients and what the peak adds beyond them (activations, transient buffers, allocator);
-the peak. Then for the whole job: the sum of the ranks' peaks, the peak of the job's summed anonymous memory and
-of the machine's used memory above what it was before the launch. Prints figures, asserts nothing.
+the peak; apart, what a rank reads from the copy its party's ranks share on the node (Θ, PFM's M: not anonymous,
+counted once per node). Then for the whole job: the sum of the ranks' peaks, the peak of the job's summed
+anonymous memory plus the node-shared memory (the machine's Shmem above its start) and of the machine's used
+memory above what it was before the launch. Prints figures, asserts nothing.
 """
 from __future__ import annotations
 
@@ -85,7 +87,7 @@ class Watchdog:
 
     def __init__(self, proc: subprocess.Popen, limit: float, min_available: float, every_s: float = 0.2):
         self.proc, self.limit, self.min_available, self.every_s = proc, limit, min_available, every_s
-        self.used_before = machine_used()
+        self.used_before, self.shared_before = machine_used(), meminfo()["Shmem"]
         self.peak_job = self.peak_machine = 0
         self.processes = 0
         self.killed: str | None = None
@@ -95,12 +97,13 @@ class Watchdog:
     def loop(self) -> None:
         while self.proc.poll() is None:
             pids = descendants(self.proc.pid)
-            job = sum(anon_bytes(p) for p in pids)
+            # the ranks' anonymous memory and what a party's ranks share on the node (counted once, as Shmem)
+            job = sum(anon_bytes(p) for p in pids) + max(meminfo()["Shmem"] - self.shared_before, 0)
             used, available = machine_used(), meminfo()["MemAvailable"]
             self.peak_job, self.processes = max(self.peak_job, job), max(self.processes, len(pids))
             self.peak_machine = max(self.peak_machine, used - self.used_before)
             if job > self.limit or available < self.min_available:
-                self.killed = (f"stopped by the watchdog: job {job / GB:.1f} GB anonymous, machine {available / GB:.1f}"
+                self.killed = (f"stopped by the watchdog: job {job / GB:.1f} GB anonymous + shared, machine {available / GB:.1f}"
                                f" GB available (limits: job {self.limit / GB:.1f} GB, available "
                                f"{self.min_available / GB:.1f} GB)")
                 for pid in pids:  # by id: the ranks are not in mpirun's process group
@@ -136,7 +139,7 @@ def role_table(probes: list[dict]) -> list[str]:
     for p in probes:
         by_role.setdefault(p.get("role") or "validator", []).append(p)
     header = (f"    {'role':<17} {'n':>2} {'torch':>6} {'params':>6} {'optim':>6} {'classif':>7} {'buffers':>7} "
-              f"{'data':>5} {'rest':>5} | {'grads':>5} {'act+tr':>6} | {'peak':>6}")
+              f"{'data':>5} {'rest':>5} | {'grads':>5} {'act+tr':>6} | {'peak':>6} | {'shared':>6}")
     lines = [header]
     for role, recs in sorted(by_role.items()):
         def mean(f):
@@ -153,9 +156,10 @@ def role_table(probes: list[dict]) -> list[str]:
         else:
             cells, grads, beyond = [float("nan")] * 6, float("nan"), float("nan")
         peak = mean(lambda r: max(r["peak_setup"], r["peak_run"]))
+        shared = mean(lambda r: r.get("parts", {}).get("node-shared", 0.0))
         lines.append(f"    {role:<17} {len(recs):>2} {mean(lambda r: r['torch']):6.0f} "
                      + " ".join(f"{c:{w}.0f}" for c, w in zip(cells, (6, 6, 7, 7, 5, 5)))
-                     + f" | {grads:5.0f} {beyond:6.0f} | {peak:6.0f}")
+                     + f" | {grads:5.0f} {beyond:6.0f} | {peak:6.0f} | {shared:6.0f}")
     for role, recs in sorted(by_role.items()):
         buffers = recs[0].get("buffers") or {}
         if buffers:
@@ -171,7 +175,7 @@ def report(label: str, run: dict) -> list[str]:
     rank_peaks = sum(max(p["peak_setup"], p.get("peak_run", 0.0)) for p in probes) / 1024
     lines = [f"  {label}: {state}; wall {run['wall_s']:.0f} s, round 1 after {first}",
              f"    ranks' peaks summed {rank_peaks:.2f} GB ({len(probes)} ranks reported); job's summed anonymous "
-             f"memory at its peak {dog.peak_job / GB:.2f} GB ({dog.processes} processes at most); machine's used "
+             f"+ node-shared memory at its peak {dog.peak_job / GB:.2f} GB ({dog.processes} processes at most); machine's used "
              f"memory above the launch's start {dog.peak_machine / GB:.2f} GB",
              *role_table(probes)]
     if run["code"] and not dog.killed:

@@ -6,7 +6,8 @@ memory (RssAnon, /proc/self/status) every SAMPLE_S and keeps its peak before and
 rounds. The role object (Server or Trainer) is taken where `drive` (fedmpi/core/driver.py) receives it; at that
 moment, before the first step, every tensor and array reachable from it is counted once (by storage) under
 the part it belongs to: model parameters, optimizer state, classifier shard, kept flat buffers (each by its
-attribute path), data. At exit OUT/rank-<R>.json holds the figures (MB):
+attribute path), data; tensors in the memory a party's ranks share on a node (fedmpi/comm/node_share.py) under
+`node-shared`, which is not anonymous memory and not in the others. At exit OUT/rank-<R>.json holds the figures (MB):
   torch        anonymous memory after `import torch` (the interpreter included)
   entry        at the start of the rounds;  peak_setup, peak_run  the peaks before and during the rounds
   parts        {part: MB} of the counted tensors;  buffers  {attribute path: MB} of the kept flat buffers
@@ -102,6 +103,11 @@ def account(role) -> dict:
              "data": [getattr(role, "dataset", None)]}
     claimed: dict = {}
     out = {name: 0.0 for name in parts}
+    found: dict = {}
+    walk(role, "", found, set())
+    shared = {key for key, (_, n) in found.items() if key[0] == "t" and key[1] in node_shared_pointers()}
+    claimed.update((key, "node-shared") for key in shared)   # counted once per node, by the watchdog (Shmem)
+    out["node-shared"] = sum(found[key][1] for key in shared) / MB
     for name, roots in parts.items():
         found: dict = {}
         for obj in roots:
@@ -120,6 +126,15 @@ def account(role) -> dict:
             buffers[path.lstrip(".")] = buffers.get(path.lstrip("."), 0.0) + n / MB
     out["kept flat buffers"] = sum(buffers.values())
     return {"parts": out, "buffers": {k: v for k, v in buffers.items() if v >= 0.5}}
+
+
+def node_shared_pointers() -> set:
+    """Where the tensors a party's ranks share on a node start (fedmpi/comm/node_share.py; none before it)."""
+    try:
+        from fedmpi.comm.node_share import _SHARED
+    except ImportError:
+        return set()
+    return _SHARED
 
 
 def this_rank() -> int:

@@ -7,6 +7,10 @@ guard.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":   # before torch and MPI start (glibc reads its malloc tunables at a process's start)
+    from fedmpi.core.malloc import start_again_tuned
+    start_again_tuned()
+
 import argparse
 import datetime
 import sys
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from fedmpi.comm import control, nodes
+from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
 from fedmpi.comm.topology import SERVER, build_layout, check_world_size
@@ -124,6 +129,7 @@ def prepare_data(cfg, layout) -> dict:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signals.install()  # a preemption signal from now on stops the run at a round boundary, with a checkpoint
+    quiet_open_mpi_windows()
     from mpi4py import MPI
 
     mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink

@@ -105,3 +105,12 @@ def test_an_exchange_that_sums_on_the_way_refuses_it():
     with pytest.raises(ValueError, match=r"^fed.algorithm=fedmedian: its aggregator \(CoordinateMedian\) needs "
                                          r"every upload, which Reducing does not keep \(it sums them on the way\)$"):
         check_exchange(CoordinateMedian(), Reducing(), "fedmedian")
+
+
+def test_every_registered_aggregator_imports_under_its_name():
+    """The registry names each rule's module and class (imported when a config names it): each entry resolves,
+    to the class that declares that name."""
+    from fedmpi.aggregation.registry import AGGREGATORS, aggregator_class
+
+    assert [aggregator_class(name).name for name in AGGREGATORS] == list(AGGREGATORS)
+    assert list(AGGREGATORS) == ["mean", "median", "trimmed_mean", "krum", "multikrum", "bulyan"]

@@ -28,6 +28,7 @@ PFM_K1 = ["fed.algorithm=pfm", "fed.K=1", "fed.weighting=batch"]
 FEDAVG_K1 = ["fed.algorithm=fedavg", "fed.K=1", "fed.weighting=batch", "fed.local_momentum=0", "optim.momentum=0"]
 K3 = ["fed.K=3", "optim.steps_per_epoch=3", "fed.local_momentum=0.9"]
 declare("eq-pfm-k1", [*SMALL, *PFM_K1])
+declare("eq-pfm-k1-own-copies", [*SMALL, *PFM_K1, "run.share_node_memory=false"])
 declare("eq-fedavg-k1", [*SMALL, *FEDAVG_K1])
 declare("eq-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3])
 declare("eq-fedavgm-b0", [*SMALL, "fed.algorithm=fedavgm", "fed.server_momentum=0", "fed.nesterov=true", *K3])
@@ -88,6 +89,22 @@ def test_pfm_k1_follows_centralized_momentum_sgd(shared_runs):
     reference = centralized_reference(data_root_of(shared_runs["eq-pfm-k1"]), PFM_K1, momentum=0.9)
     assert federated.shape == reference.shape
     assert torch.allclose(federated, reference, atol=1e-9, rtol=0), (federated - reference).abs().max()
+
+
+def test_a_party_sharing_one_copy_of_theta_and_m_per_node_computes_what_own_copies_compute(shared_runs):
+    """Party a's two ranks share Θ and PFM's M in MPI-3 memory (the default on CPU): bitwise the run where each rank
+    holds its own, and the intra-party broadcast, which then stays in the node's memory, moves no bytes."""
+    from fedmpi.store.h5log import LogReader
+
+    shared, own = run_federated(shared_runs, "eq-pfm-k1"), run_federated(shared_runs, "eq-pfm-k1-own-copies")
+    assert torch.equal(shared, own)
+    rounds = {}
+    for name in ("eq-pfm-k1", "eq-pfm-k1-own-copies"):
+        with LogReader(shared_runs[name] / "log.h5") as log:
+            rounds[name] = log.table("rounds")
+    down_per_party = rounds["eq-pfm-k1-own-copies"]["bytes_down"] // 2
+    assert (rounds["eq-pfm-k1-own-copies"]["bytes_intra"] == down_per_party).all()   # a's leader -> a's 2nd rank
+    assert (rounds["eq-pfm-k1"]["bytes_intra"] == 0).all()
 
 
 def test_fedavg_k1_without_momentum_follows_centralized_sgd(shared_runs):

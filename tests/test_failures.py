@@ -22,7 +22,7 @@ from mpi_scripts.ckpt_common import (WORLD, assert_same_run, copy_run, error_lin
                                      sibling_run, snapshot)
 from jobs.mpirun import ROOT, mpi_env, mpirun_binary
 
-BAD_INPUT_TIMEOUT_S = 120  # torch imported by 4 ranks on 2 busy cores: ~30 s; 60 s was hit once at load 11-14
+BAD_INPUT_TIMEOUT_S = 120  # a failed start imports torch on 4 ranks (2 busy cores: ~30 s; 60 s hit once at load 11-14)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +125,7 @@ class Bad:
     error: str                    # the first error line, a regular expression
     prepare: Callable | None = None   # run -> {target}; damages a copy of the run when own_copy
     own_copy: bool = False
+    accepted: bool = False        # the launch is accepted (the error comes from a rank at work): torch is imported
 
 
 BAD_INPUTS = {
@@ -155,10 +156,10 @@ BAD_INPUTS = {
     "missing rec path": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec",
                                     "parties.b.data.path={base}/nowhere"),
                             r"rank 0 \(server\): FileNotFoundError: data\.kind=rec: .*nowhere/train\.rec not "
-                            r"found .*"),
+                            r"found .*", accepted=True),
     "corrupt rec": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec", "parties.b.data.path={target}"),
                        r"rank 0 \(server\): DataError: .*train\.rec record 2: index offset 99999 is past the "
-                       r"end of the file .*", prepare=lambda run: _corrupt_rec(run.base)),
+                       r"end of the file .*", prepare=lambda run: _corrupt_rec(run.base), accepted=True),
     "existing log without --resume": Bad(WORLD, (), r"error: log\.name: .*log\.h5 already exists; choose "
                                                     r"another log\.name, or continue that run with --resume auto .*"),
     "--resume without log.name": Bad(WORLD, ("log.name=''", "--resume", "auto"),
@@ -214,7 +215,7 @@ def test_bad_input_ends_with_a_one_line_error_and_changes_nothing(case, victim, 
     args = run.args(*[a.format(base=run.base, ckpt=run.ckpt, target=target) for a in bad.args])
     launcher = [] if bad.ranks == 1 else [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n",
                                           str(bad.ranks)]
-    result = subprocess.run([*launcher, sys.executable, *args], capture_output=True, text=True,
+    result = subprocess.run([*launcher, sys.executable, "-X", "importtime", *args], capture_output=True, text=True,
                             timeout=BAD_INPUT_TIMEOUT_S, env=mpi_env(), cwd=str(ROOT))
     assert result.returncode != 0, result.stdout + result.stderr
     ours = error_lines(result.stderr)
@@ -222,6 +223,8 @@ def test_bad_input_ends_with_a_one_line_error_and_changes_nothing(case, victim, 
     assert len({line.partition(": ")[2] for line in ours}) == 1, ours   # one error, however many ranks say it
     assert "Traceback" not in result.stderr
     assert snapshot(run.folder) == before
+    # a refused launch ends before any rank imports torch (~2.4 s of CPU per rank): -X importtime lists each import
+    assert bool(re.search(r"\|\s+torch$", result.stderr, re.M)) == bad.accepted
 
 
 # ---------------------------------------------------------------- a start that fails leaves nothing behind

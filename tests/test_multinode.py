@@ -3,8 +3,10 @@ bridge) for the whole module, the 3-party run (server + MS1M 2 + GA 1 + VGG 1) p
 places it (MS1M on one node, GA + VGG on the next, the server on a third) and launched with plain
 `mpirun --hostfile` through the bed's rsh agent. What a cluster user depends on: the placement and the node-local
 ranks read back from the run log, the traffic on every link against the log's byte counts, the rendezvous and
-gloo on the nodes' own addresses, a one-line error for a node whose name does not resolve, a node that fails
-mid-round named in one line, and a resume on other nodes equal to the uninterrupted run."""
+gloo on the nodes' own addresses, one error line naming the nodes whose names do not resolve or resolve to
+loopback, a node that fails mid-round named in one line, and a resume on other nodes equal to the uninterrupted
+run. Under Slurm: the 3-party script preempted and requeued, a node's link lost, the 12-party script on 4 nodes
+launched with mpirun."""
 from __future__ import annotations
 
 import os
@@ -112,6 +114,23 @@ def test_the_bed_removes_all_it_made_after_a_failure_and_after_its_owner_died(tm
     assert node_bed.leftovers(tag) == []
 
 
+def test_where_namespaces_are_refused_the_tests_skip_with_the_reason_and_fail_under_ci():
+    """Root without CAP_NET_ADMIN and CAP_SYS_ADMIN (dropped from the bounding set, as in a container that refuses
+    namespaces): a multi-node test is skipped with the probe's own reason, or fails with it under CI=true."""
+    require_bed()
+    pytest_in = ["setpriv", "--bounding-set=-net_admin,-sys_admin", sys.executable, "-m", "pytest", __file__, "-q",
+                 "-rsf", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_placement_and_node_local_ranks"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CI"))}
+    reason = "network namespaces are refused here: ip netns add: "
+    skipped = subprocess.run(pytest_in, capture_output=True, text=True, timeout=120, env=env, cwd=str(node_bed.ROOT))
+    assert skipped.returncode == 0 and re.search(rf"SKIPPED \[1\] .*: {reason}.*not permitted", skipped.stdout), \
+        skipped.stdout + skipped.stderr
+    failed = subprocess.run(pytest_in, capture_output=True, text=True, timeout=120, env={**env, "CI": "true"},
+                            cwd=str(node_bed.ROOT))
+    assert failed.returncode == 1 and f"CI must run the multi-node tests: {reason}" in failed.stdout, \
+        failed.stdout + failed.stderr
+
+
 # ---------------------------------------------------------------- a run across three nodes
 
 
@@ -178,7 +197,7 @@ def test_traffic_on_every_link_is_what_the_log_counts(bed, ws, reference):
         rounds, placement = log.table("rounds"), log.placement
     parties = [[1, 2], [3], [4]]                                  # MS1M, GA, VGG
     up, down = int(rounds["bytes_up"][0]) // 3, int(rounds["bytes_down"][0]) // 3
-    assert int(rounds["bytes_intra"][0]) == down                  # MS1M's second rank gets the model from its leader
+    assert int(rounds["bytes_intra"][0]) == 0                     # MS1M's two ranks share one copy on their node
     expected = expected_link_bytes(placement, parties, up, down, ROUNDS)
     expected.setdefault("n4", {"in": 0, "out": 0})
     table = [(node, way, expected[node][way], traffic[node][way]) for node in sorted(expected) for way in ("in", "out")]
@@ -192,23 +211,42 @@ def test_traffic_on_every_link_is_what_the_log_counts(bed, ws, reference):
     assert sum(e["in"] for e in expected.values()) == ROUNDS * 3 * up + (ROUNDS + 1) * 3 * down
 
 
+def test_a_party_split_over_two_nodes_passes_theta_between_its_keepers_and_ends_as_on_one_node(bed, ws, reference):
+    """MS1M's two ranks on n1 and n4, each the keeper of its node's one copy of Θ and PFM's M (comm/node_share.py):
+    the leader passes Θ to n4 over the keepers' group, which the log counts as bytes_intra, and the run ends bitwise
+    where the reference (MS1M's ranks sharing one copy on n1) ends."""
+    run_to_end(bed, ws, "split", ["n3", "n1", "n4", "n2", "n2"])   # server, MS1M x2, GA, VGG
+    theta, rounds = final_state(ws, "split")
+    ref_theta, ref_rounds = final_state(ws, "reference")
+    assert bool((theta == ref_theta).all())
+    np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
+    assert list(rounds["bytes_intra"]) == list(rounds["bytes_down"] // 3)    # Θ from n1 to n4, once a round
+    assert list(ref_rounds["bytes_intra"]) == [0] * ROUNDS
+
+
 # ---------------------------------------------------------------- names
 
 
-def test_a_node_whose_hostname_does_not_resolve_gets_a_one_line_error(bed, ws):
-    """Without an interface for gloo, each rank needs its node's name: n2 does not know its own."""
-    n2 = bed.nodes["n2"]
+def test_nodes_whose_hostnames_do_not_resolve_or_are_loopback_get_one_line_naming_them(bed, ws):
+    """Without an interface for gloo, each rank needs its node's name: n2 does not know its own, and n1's resolves
+    to 127.0.1.1 (Debian's default entry for the machine's own name), which the other nodes cannot reach. One line
+    names both nodes and what to do, and the run writes nothing."""
+    n1, n2 = bed.nodes["n1"], bed.nodes["n2"]
     n2.hosts_file.write_text(bed.hosts_text(without=("n2",)))   # in place: the bind mount keeps the inode
+    n1.hosts_file.write_text(bed.hosts_text(without=("n1",)) + "127.0.1.1 n1\n")
     try:
         launch = Launch(bed, ws, "unresolved", hosts_per_rank(["n1", "n2", "n3"]), interface=False)
         status = launch.wait(RUN_TIMEOUT_S)
     finally:
+        n1.hosts_file.write_text(bed.hosts_text())
         n2.hosts_file.write_text(bed.hosts_text())
     assert status != 0
     assert error_lines(launch.output) == [
         "error: the hostname of node n2 does not resolve (Name or service not known): add it to that node's "
         "/etc/hosts or DNS, or set GLOO_SOCKET_IFNAME (or OMPI_MCA_btl_tcp_if_include) to the interface between "
-        "the nodes"], launch.output
+        "the nodes; node n1: its hostname resolves to 127.0.1.1 (loopback), which ranks on the other nodes cannot "
+        "reach: map it to the node's address in /etc/hosts or DNS, or set GLOO_SOCKET_IFNAME (or "
+        "OMPI_MCA_btl_tcp_if_include) to the interface between the nodes"], launch.output
     assert not (ws.folder("unresolved") / "log.h5").exists()
 
 
@@ -303,16 +341,18 @@ def slurm(bed):
         cluster.stop()
 
 
-def submit_3party(cluster, ws, name: str, *extra: str, sbatch: str = "") -> str:
+def submit_3party(cluster, ws, out, *extra: str, name: str | None = None, sbatch: str = "") -> str:
     """`slurm/fedface_3party.sh --config ... ARGS` from outside a job, 2 ranks per node (the script sizes the
-    allocation and calls sbatch; output appended to NAME.out in the workspace); the job id."""
+    allocation and calls sbatch; output appended to `out`); without `name` the script names the run after the job.
+    The job id."""
     from test_slurm import ROOT as REPO, job_id
 
+    named = [f"log.name={name}"] if name else []
     submitted = cluster.run(["bash", str(REPO / "slurm" / "fedface_3party.sh"), "--config", str(ws.config), *extra,
-                             f"log.dir={ws.base / 'runs'}", f"log.name={name}", f"data.root={ws.base / 'data'}"],
+                             f"log.dir={ws.base / 'runs'}", *named, f"data.root={ws.base / 'data'}"],
                             check=False, timeout=60, cwd=str(ws.base),
                             env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "2",
-                                 "FEDMPI_SBATCH_ARGS": f"--parsable --output={ws.base / name}.out {sbatch}"})
+                                 "FEDMPI_SBATCH_ARGS": f"--parsable --output={out} {sbatch}"})
     return job_id(submitted)
 
 
@@ -327,13 +367,15 @@ def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its
     """`slurm/fedface_3party.sh` sizes itself (2 ranks per node: 3 nodes) and places MS1M on the first node, GA +
     VGG on the second, the server on the third. USR1 to the batch shell (what `--signal=B:USR1@300` sends before
     the time limit) mid-run: every rank checkpoints its own part on its own node, the script requeues the job, and
-    the requeued job resumes and ends equal to the mpirun run."""
+    the requeued job resumes in the run folder the script named after the job (no log.name given) and ends equal
+    to the mpirun run. (The one preemption test of the suite: the one-node case is this one on more nodes.)"""
     from fedmpi.store.h5log import LogReader
     from fedmpi.store.manifest import read_manifest
 
-    name, out = "slurm-3party", ws.base / "slurm-3party.out"
+    out = ws.base / "slurm-3party.out"
     t0 = time.monotonic()
-    job = submit_3party(slurm, ws, name)
+    job = submit_3party(slurm, ws, out)
+    name = f"fedface-3party-{job}"                      # the script's name for the run: the same for both attempts
     wait_for_round(out, 2)
     assert slurm.job_fields(job)["NodeList"] == "n[1-3]"
     slurm.run(["scancel", "--batch", "--signal=USR1", job])
@@ -343,7 +385,8 @@ def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its
     assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), text
     first, _, second = text.partition("restart 1 of job")
     stopped = max(int(r) for r in re.findall(rf"^round (\d+)/{ROUNDS}", first, re.M))
-    assert re.findall(rf"^round (\d+)/{ROUNDS}", second, re.M)[0] == str(stopped + 1), text
+    resumed = re.findall(rf"^round (\d+)/{ROUNDS}", second, re.M)
+    assert resumed and resumed[0] == str(stopped + 1) and resumed[-1] == str(ROUNDS), text
     # each part of the preemption's checkpoint written by its own rank on that rank's node
     parts = read_manifest(ws.folder(name) / "ckpt" / f"round_{stopped:06d}")["parts"]
     assert {part: (info["rank"], info["node"]) for part, info in parts.items()} == {
@@ -355,9 +398,11 @@ def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its
     assert [p["local_rank"] for p in placement] == [0, 0, 1, 0, 1]
     assert [p["address"] for p in placement] == [bed.nodes[p["node"]].address for p in placement]
     assert C10D_WARNING not in text
-    # the same computation as under mpirun, interrupted or not: bitwise the same model and losses
+    # the same computation as under mpirun, interrupted or not: bitwise the same model and losses, every round
+    # logged once
     theta, rounds = final_state(ws, name)
     ref_theta, ref_rounds = final_state(ws, "reference")
+    assert list(rounds["round"]) == list(range(ROUNDS))
     assert bool((theta == ref_theta).all())
     np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
 
@@ -368,7 +413,7 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
     group and n2's ranks, nothing is left running on them, and the run continues on n1, n3, n4 (Slurm's requeue,
     or `--resume auto` by hand where the job ended) equal to the uninterrupted run."""
     name, out = "slurm-link", ws.base / "slurm-link.out"
-    job = submit_3party(slurm, ws, name)
+    job = submit_3party(slurm, ws, out, name=name)
     n2 = bed.nodes["n2"]
     wait_for_round(out, 3)
     assert slurm.job_fields(job)["NodeList"] == "n[1-3]"
@@ -394,7 +439,7 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
                                   r"within (run\.collective_timeout_s=)?10 s.*; stopped answering: ranks 3, 4 on n2",
                                   lines[0]), text
     if fields["JobState"] not in ("PENDING", "REQUEUED"):      # the job ended: resume by hand elsewhere
-        job = submit_3party(slurm, ws, name, "--resume", "auto", sbatch="--exclude=n2")
+        job = submit_3party(slurm, ws, out, "--resume", "auto", name=name, sbatch="--exclude=n2")
     fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
     assert fields["JobState"] == "COMPLETED", out.read_text()
     from fedmpi.store.h5log import LogReader
@@ -407,12 +452,12 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
     np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
 
 
-@pytest.mark.skipif(os.environ.get("FEDMPI_MULTINODE_12PARTY") != "1",
-                    reason="17 ranks on 2 cores: 53 s more; run with FEDMPI_MULTINODE_12PARTY=1 (not in make test)")
-def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement(bed, ws, slurm):
-    """`slurm/fedface_12party.sh` at 5 ranks per node: 4 nodes, every MS1M part, GA part and VGG part whole on one
-    node, the node-local ranks 0..n-1 on each."""
+def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement_under_mpirun(bed, ws, slurm):
+    """`slurm/fedface_12party.sh` at 5 ranks per node sizes itself to 4 nodes and launches its 17 ranks with the
+    site's mpirun (FEDMPI_LAUNCHER=mpirun: Open MPI's sequential mapper over the script's hostfile) instead of srun:
+    every MS1M part, GA part and VGG part whole on one node, the node-local ranks 0..n-1 on each."""
     from fedmpi.store.h5log import LogReader
+    from jobs.mpirun import mpirun_binary
     from test_slurm import CONFIGS, ROOT as REPO, SHRINK, job_id, shrink_parties
 
     name, out = "slurm-12party", ws.base / "slurm-12party.out"
@@ -421,14 +466,17 @@ def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement(bed, ws
                            *shrink_parties(CONFIGS["12party"]), f"log.dir={ws.base / 'runs'}", f"log.name={name}",
                            f"data.root={ws.base / 'data12'}"], check=False, timeout=60, cwd=str(ws.base),
                           env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "5",
-                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}"})
+                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}", "FEDMPI_LAUNCHER": "mpirun",
+                               "FEDMPI_MPIRUN": mpirun_binary(), "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     fields = slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600)
     FIGURES["slurm_12party_s"] = time.monotonic() - t0
     text = out.read_text()
     assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "n[1-4]"), text
+    assert "17 ranks in CPU mode" in text and "--map-by seq:file=" in text
     with LogReader(ws.folder(name) / "log.h5") as log:
         placement, parties = log.placement, log.parties
-        assert log.table("rounds")["loss"].shape[1] == 12
+        assert log.table("rounds")["loss"].shape == (2, 12)
     assert len(placement) == 17 and {p["node"] for p in placement} == set(NODES)
     for node in NODES:
         assert sorted(p["local_rank"] for p in placement if p["node"] == node) == list(

@@ -15,9 +15,10 @@ names another with `Algorithm.aggregator`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass

@@ -2,24 +2,21 @@
 one mat-vec, Σ_i w_i u_i); the others look at every upload. fed.dp replaces the mean by its Gaussian mechanism."""
 from __future__ import annotations
 
-from fedmpi.aggregation.aggregators import Aggregator, WeightedMean
-from fedmpi.aggregation.bulyan import Bulyan
-from fedmpi.aggregation.krum import Krum, MultiKrum
-from fedmpi.aggregation.median import Median
-from fedmpi.aggregation.trimmed_mean import TrimmedMean
+from fedmpi.aggregation.aggregators import Aggregator
+from fedmpi.listed import listed_class
 
-AGGREGATORS: dict[str, type[Aggregator]] = {cls.name: cls for cls in (
-    WeightedMean,
-    Median,
-    TrimmedMean,
-    Krum,
-    MultiKrum,
-    Bulyan,
-)}
+# name -> module:class, imported when a config names it (the rules import torch; checking a config does not)
+AGGREGATORS = {
+    "mean": "fedmpi.aggregation.aggregators:WeightedMean",
+    "median": "fedmpi.aggregation.median:Median",
+    "trimmed_mean": "fedmpi.aggregation.trimmed_mean:TrimmedMean",
+    "krum": "fedmpi.aggregation.krum:Krum",
+    "multikrum": "fedmpi.aggregation.krum:MultiKrum",
+    "bulyan": "fedmpi.aggregation.bulyan:Bulyan",
+}
 
 
 def aggregator_class(name: str) -> type[Aggregator]:
-    try:
-        return AGGREGATORS[name]
-    except KeyError:
-        raise ValueError(f"fed.aggregation.rule: {name!r} is not one of {', '.join(AGGREGATORS)}") from None
+    if name not in AGGREGATORS:
+        raise ValueError(f"fed.aggregation.rule: {name!r} is not one of {', '.join(AGGREGATORS)}")
+    return listed_class(AGGREGATORS[name], name)

@@ -14,16 +14,19 @@ parameters; the roles pack them after the backbone in one flat buffer. `client_s
 the trainer-state keys that must survive a round where a trainer rank trains other clients each round (the
 cross-device simulation): those that belong to one client (SCAFFOLD's c_i, kept for it between its rounds)
 and those that `on_global` rebuilds from the global models (PFM's M, the same on every trainer); any other key
-starts afresh for every client and round there. A silo party keeps its whole trainer state. No MPI here: the
+starts afresh for every client and round there. A silo party keeps its whole trainer state; where a party's ranks
+share a node on CPU, its global_state is one copy per node and only the node's keeper calls on_global, which
+therefore writes nothing but global_state keys. No MPI here: the
 roles move the tensors, a rule only does arithmetic on them. `params`, `grads` are lists of parameter tensors;
 `state` is a plain dict of tensors so that checkpoints store it as is.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.aggregation.aggregators import WeightedMean
 from fedmpi.algorithms.server_optim import ServerOptimizer
@@ -79,6 +82,8 @@ class Algorithm:
 
     # ---- trainer side
     def init_trainer_state(self, params: list[torch.Tensor]) -> dict:
+        import torch
+
         if not self.local_momentum:
             return {}
         return {"momentum": [torch.zeros_like(p) for p in params]}
@@ -102,6 +107,8 @@ class Algorithm:
     def previous_global(self, state: dict, like: torch.Tensor) -> torch.Tensor | None:
         """Where a trainer keeps the previous Θ's trainable values (flat, like `like`) for on_global: None when
         on_global reads none (nothing is kept); PFM lends M's own memory, which eq. 6 rebuilds from it."""
+        import torch
+
         if type(self).on_global is Algorithm.on_global:
             return None
         return torch.empty_like(like)
@@ -127,12 +134,16 @@ class Algorithm:
 
 
 def add_weight_decay(grads: list[torch.Tensor], params: list[torch.Tensor], weight_decay: float) -> None:
+    import torch
+
     if weight_decay:
         torch._foreach_add_(grads, params, alpha=weight_decay)
 
 
 def momentum_sgd(params, grads, lr: float, momentum: float, buffers: list | None) -> None:
     """PyTorch's SGD (no dampening, not Nesterov): buf <- momentum*buf + g; p <- p - lr*buf."""
+    import torch
+
     if momentum:
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads)

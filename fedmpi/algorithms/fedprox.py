@@ -4,8 +4,10 @@ exactly (the term is skipped, not multiplied by zero)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.algorithms.fedavg import FedAvg
 
@@ -29,6 +31,8 @@ class FedProx(FedAvg):
     local_momentum_default = 0.0     # Li et al. 2020: plain SGD on the proximal local objective
 
     def correct(self, params, grads, rnd, state):
+        import torch
+
         mu = self.options.mu
         if mu:
             torch._foreach_add_(grads, params, alpha=mu)                 # + μ θ

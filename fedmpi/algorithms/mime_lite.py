@@ -18,8 +18,10 @@ convention (buf ← β buf + g, no dampening); fedjax's optional client delta cl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.algorithms.base import Algorithm, add_weight_decay
 
@@ -49,6 +51,8 @@ class MimeLite(Algorithm):
         return {}
 
     def local_step(self, params, grads, rnd, state):
+        import torch
+
         add_weight_decay(grads, params, self.weight_decay)
         if rnd.step == 0:  # y = Θ: the party's gradient at the server model
             torch._foreach_copy_(rnd.up["gradient"], grads)
@@ -56,6 +60,8 @@ class MimeLite(Algorithm):
         torch._foreach_add_(params, grads, alpha=-rnd.lr)
 
     def init_server_state(self, theta, down=None):
+        import torch
+
         return {"momentum": down["momentum"] if down else torch.zeros_like(theta)}
 
     def server_update(self, theta, mean, state, participation=1.0):

@@ -8,7 +8,10 @@ The classifier's momentum (eq. 1-2) is local, plain momentum SGD, and lives with
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.algorithms.base import Algorithm, add_weight_decay
 
@@ -30,10 +33,14 @@ class PFM(Algorithm):
         return cls(options, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay, server=server)
 
     def init_trainer_state(self, params):
+        import torch
+
         return {"global_momentum": torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
                                                device=params[0].device)}
 
     def local_step(self, params, grads, rnd, state):
+        import torch
+
         add_weight_decay(grads, params, self.weight_decay)
         M = state["global_momentum"]
         if self.beta:  # eq. 3
@@ -46,6 +53,8 @@ class PFM(Algorithm):
 
     def on_global(self, previous, new, lr, state):
         # eq. 6: M_r = beta*M_{r-1} + G_r = (Theta_{r-1} - Theta_r) / eta_r
+        import torch
+
         torch.sub(previous, new, out=state["global_momentum"]).div_(lr)
 
     def previous_global(self, state, like):

@@ -6,7 +6,7 @@ too, with the labels the analysis tools give to their runs.
 """
 from __future__ import annotations
 
-import importlib
+from fedmpi.listed import listed_class
 
 RULES = {
     "fedavg": "fedmpi.algorithms.fedavg:FedAvg",
@@ -36,10 +36,7 @@ def rule(name: str):
     """The class registered under `name`; a ValueError naming the known rules otherwise."""
     if name not in RULES:
         raise ValueError(f"fed.algorithm: unknown algorithm {name!r} (known: {', '.join(RULES)})")
-    module, _, cls = RULES[name].partition(":")
-    found = getattr(importlib.import_module(module), cls)
-    assert found.name == name, f"registry: {RULES[name]} declares name {found.name!r}, listed as {name!r}"
-    return found
+    return listed_class(RULES[name], name)
 
 
 def method_key(algorithm: str, setting: str) -> str:

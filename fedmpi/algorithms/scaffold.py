@@ -10,7 +10,10 @@ the paper's mean). c travels down with Θ, Δc_i up with θ_i: twice the backbon
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from fedmpi.algorithms.fedavg import FedAvg
 
@@ -25,14 +28,20 @@ class Scaffold(FedAvg):
     local_momentum_default = 0.0     # option II: y <- y - eta_l (g - c_i + c), plain SGD
 
     def init_trainer_state(self, params):
+        import torch
+
         return {**super().init_trainer_state(params), "control": [torch.zeros_like(p) for p in params]}
 
     def correct(self, params, grads, rnd, state):
+        import torch
+
         torch._foreach_add_(grads, rnd.down["control"])       # + c
         torch._foreach_sub_(grads, state["control"])          # − c_i
 
     def end_round(self, params, rnd, state):
         # Δc_i = c_i⁺ − c_i = (Θ − y) / (K η_l) − c   (option II)
+        import torch
+
         delta = rnd.up["control_delta"]
         torch._foreach_copy_(delta, rnd.global_params)
         torch._foreach_sub_(delta, params)
@@ -41,6 +50,8 @@ class Scaffold(FedAvg):
         torch._foreach_add_(state["control"], delta)           # c_i ← c_i⁺
 
     def init_server_state(self, theta, down=None):
+        import torch
+
         return {**self.server.init(theta), "control": down["control"] if down else torch.zeros_like(theta)}
 
     def server_update(self, theta, mean, state, participation=1.0):

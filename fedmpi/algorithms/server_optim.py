@@ -11,7 +11,10 @@ Every step works in place on Θ and on the state; the state is a dict of tensors
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adam": 0.01, "yogi": 0.01, "adagrad": 0.01}
@@ -68,6 +71,8 @@ class Momentum(ServerOptimizer):
         self.momentum, self.nesterov = momentum, nesterov
 
     def init(self, theta):
+        import torch
+
         return {"velocity": torch.zeros_like(theta)}
 
     def step(self, delta, state):
@@ -82,9 +87,13 @@ class Adaptive(ServerOptimizer):
         self.kind, self.beta1, self.beta2, self.tau = kind, beta1, beta2, tau
 
     def init(self, theta):
+        import torch
+
         return {"m": torch.zeros_like(theta), "v": torch.full_like(theta, self.tau ** 2)}
 
     def step(self, delta, state):
+        import torch
+
         m, v = state["m"], state["v"]
         m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
         square = delta.mul_(delta)  # Δ is not needed after this

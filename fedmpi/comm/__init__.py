@@ -14,17 +14,18 @@ import socket
 import sys
 import time
 import traceback
-from typing import Callable, Iterable, Sequence
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from fedmpi.comm.control import (CommFailure, CommTimeout, allreduce_max, barrier, bcast, gather,  # noqa: F401
                             receive)
 from fedmpi.comm import heartbeat
 from fedmpi.comm.nodes import describe_ranks, local_rank, mpi_interface, rendezvous_host, use_mpi_interface  # noqa: F401
 
-_STATE: dict = {"device": torch.device("cpu"), "backend": None, "timeout_s": 600.0}
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported by the functions that use it: fedmpi.run passes through here before it accepts a launch
+_STATE: dict = {"device": None, "backend": None, "timeout_s": 600.0}    # device None: the CPU
 
 
 def mpi_comm():
@@ -58,6 +59,9 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
     collective of the groups made by `new_group`; the world group (used by nothing after the rendezvous) gets
     the rendezvous' own, longer, timeout.
     """
+    import torch
+    import torch.distributed as dist
+
     comm = comm or mpi_comm()
     if dist.is_initialized():
         return _STATE["backend"]
@@ -102,7 +106,9 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
 
 
 def device() -> torch.device:
-    return _STATE["device"]
+    import torch
+
+    return _STATE["device"] or torch.device("cpu")
 
 
 def backend() -> str | None:
@@ -129,6 +135,8 @@ def new_group(ranks: Sequence[int]):
         node, gpu = _STATE["gpus"][ranks[0]]
         print(f"note: group of ranks {', '.join(map(str, ranks))} uses gloo, not NCCL: ranks share a GPU "
               f"(e.g. GPU {gpu} on {node}), and NCCL refuses two ranks on one GPU", flush=True)
+    import torch.distributed as dist
+
     return dist.new_group(ranks=ranks, timeout=datetime.timedelta(seconds=collective_timeout_s()), backend=backend)
 
 
@@ -138,7 +146,8 @@ def collective_timeout_s() -> float:
 
 def shutdown() -> None:
     heartbeat.stop()
-    if dist.is_initialized():
+    dist = sys.modules.get("torch.distributed")    # never imported (a refused launch): nothing to destroy
+    if dist is not None and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -160,6 +169,8 @@ def flatten(tensors: Iterable[torch.Tensor], out: torch.Tensor | None = None) ->
     tensors = list(tensors)
     total = sum(t.numel() for t in tensors)
     if out is None:
+        import torch
+
         out = torch.empty(total, dtype=tensors[0].dtype, device=tensors[0].device)
     offset = 0
     for t in tensors:
@@ -171,6 +182,8 @@ def flatten(tensors: Iterable[torch.Tensor], out: torch.Tensor | None = None) ->
 
 def unflatten_into(flat: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
     """Copy a flat buffer back into the given tensors (in place, same order as `flatten`)."""
+    import torch
+
     offset = 0
     with torch.no_grad():
         for t in tensors:
@@ -198,6 +211,8 @@ def naming_failures(what: str):
 
 def group_label(name: str, group) -> str:
     """'group NAME (ranks 0, 1, 3 on NODE)' for messages (nodes.describe_ranks)."""
+    import torch.distributed as dist
+
     return f"group {name} ({describe_ranks(list(dist.get_process_group_ranks(group)))})"
 
 

@@ -98,8 +98,8 @@ def is_loopback(address: str | None) -> bool:
 
 def survey(mpi) -> list[RankPlace]:
     """Every rank's place, on every rank (a collective of MPI_COMM_WORLD). When the job spans nodes, ConfigError
-    (one line naming the node) for a rank without a usable address, or one whose address is loopback (the other
-    nodes could not reach it). On one node neither matters: gloo then falls back to loopback."""
+    (one line naming each node) for ranks without a usable address, or whose address is loopback (the other
+    nodes could not reach them). On one node neither matters: gloo then falls back to loopback."""
     use_mpi_interface()
     address, problem = own_address()
     mine = RankPlace(mpi.Get_rank(), socket.gethostname(), local_rank(mpi), address, problem)
@@ -108,14 +108,13 @@ def survey(mpi) -> list[RankPlace]:
     if len({p.node for p in places}) == 1:
         return places
     problems = sorted({p.problem for p in places if p.problem})
-    if problems:
+    looped = {p.node: p.address for p in places if is_loopback(p.address)}
+    problems += [f"node {node}: its hostname resolves to {address} (loopback), which ranks on the other nodes cannot "
+                 f"reach: map it to the node's address in /etc/hosts or DNS, or set GLOO_SOCKET_IFNAME (or "
+                 f"OMPI_MCA_btl_tcp_if_include) to the interface between the nodes"
+                 for node, address in sorted(looped.items())]
+    if problems:   # every node's problem in the one line, so that one look fixes them all
         raise ConfigError("; ".join(problems))
-    looped = sorted({p.node for p in places if is_loopback(p.address)})
-    if looped:
-        first = next(p for p in places if p.node == looped[0])
-        raise ConfigError(f"node {looped[0]}: its hostname resolves to {first.address} (loopback), which ranks on "
-                          f"the other nodes cannot reach: map it to the node's address in /etc/hosts or DNS, or set "
-                          f"GLOO_SOCKET_IFNAME (or OMPI_MCA_btl_tcp_if_include) to the interface between the nodes")
     return places
 
 

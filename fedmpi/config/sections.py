@@ -261,6 +261,7 @@ class RunConfig:
     deterministic: bool = False
     save_final: str = ""             # write the final global backbone (flat, .pt) here
     collective_timeout_s: float = 600.0
+    share_node_memory: bool = True   # CPU: a party's ranks on a node hold one copy of Θ and PFM's M (MPI-3 memory)
 
     def validate(self, cfg: "Config", fail) -> None:
         if not self.collective_timeout_s >= 10:

@@ -8,6 +8,7 @@ import torch
 
 from fedmpi import comm
 from fedmpi.config import Config
+from fedmpi.comm.node_share import keepers, share_for, shared_parties
 from fedmpi.comm.topology import SERVER, Layout
 
 
@@ -17,6 +18,7 @@ class Groups:
     party: object | None          # this trainer's party (gradient average, sharded classifier, intra-party bcast)
     leaders: object | None        # server + party leaders (gather of theta_i, broadcast of Theta)
     validators: object | None     # server + dedicated validators (FV candidates)
+    party_keepers: object | None = None   # this party's keepers when it spans nodes (comm/node_share.py)
 
 
 @dataclass
@@ -28,25 +30,34 @@ class Context:
     mpi_fed: object               # MPI communicator over server + trainers (stats, control)
     device: torch.device
     dtype: torch.dtype
+    node_share: object | None = None   # this trainer's party on its node (comm/node_share.py), CPU only
 
     @property
     def role(self) -> str:
         return self.layout.role(self.rank)
 
 
-def make_groups(layout: Layout, rank: int) -> Groups:
-    """Create every group on every rank in the same order (torch.distributed requires it)."""
-    party_group = None
+def make_groups(layout: Layout, rank: int, shares: bool = False) -> Groups:
+    """Create every group on every rank in the same order (torch.distributed requires it). `shares`: the parties'
+    ranks share one copy per node of the global payload (node_share), which the keepers pass on across nodes."""
+    party_group = keepers_group = None
     for party in layout.parties:
         if len(party.ranks) > 1:
             g = comm.new_group(party.ranks)
             if rank in party.ranks:
                 party_group = g
+    for party in shared_parties(layout, shares):
+        party_keepers = keepers(party.ranks)
+        if len(party_keepers) > 1:
+            g = comm.new_group(party_keepers)
+            if rank in party_keepers:
+                keepers_group = g
     leaders = comm.new_group([SERVER] + [p.leader for p in layout.parties])
     validators = comm.new_group([SERVER, *layout.validators]) if layout.validators else None
     is_leader = rank == SERVER or any(rank == p.leader for p in layout.parties)
     return Groups(party=party_group, leaders=leaders if is_leader else None,
-                  validators=validators if (rank == SERVER or rank in layout.validators) else None)
+                  validators=validators if (rank == SERVER or rank in layout.validators) else None,
+                  party_keepers=keepers_group)
 
 
 def build_context(cfg: Config, layout: Layout) -> Context:
@@ -54,8 +65,16 @@ def build_context(cfg: Config, layout: Layout) -> Context:
     rank = mpi.Get_rank()
     backend = {"auto": None, "cpu": "gloo", "cuda": "nccl"}[cfg.run.device]
     comm.init_torch_distributed(backend, timeout_s=cfg.run.collective_timeout_s)
-    groups = make_groups(layout, rank)
+    shares = shares_node_memory(cfg)
+    groups = make_groups(layout, rank, shares)
     in_fed = rank not in layout.validators
     mpi_fed = mpi.Split(0 if in_fed else 1, key=rank)
+    node_share = share_for(groups, layout, rank, mpi, shares)
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
-    return Context(cfg, layout, rank, groups, mpi_fed, comm.device(), dtype)
+    return Context(cfg, layout, rank, groups, mpi_fed, comm.device(), dtype, node_share)
+
+
+def shares_node_memory(cfg: Config) -> bool:
+    """A silo run on CPU keeps one copy per node of what a party's ranks hold identically (run.share_node_memory);
+    the cross-device trainers train other clients each round and keep their own."""
+    return cfg.run.share_node_memory and comm.device().type == "cpu" and not cfg.cross_device

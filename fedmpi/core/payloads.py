@@ -11,11 +11,14 @@ from fedmpi.core.state import BackboneState
 class Payloads:
     """One flat buffer `[θ (D) | payload 1 (n) | ...]` and its named parts (n = trainable values)."""
 
-    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype, with_theta: bool = True):
+    def __init__(self, state: BackboneState, names: tuple[str, ...], device, dtype, with_theta: bool = True,
+                 zeros=None):
         """with_theta=False: the payloads only (`flat`, `theta` and `trainable` are None), for a trainer rank that
-        fills the rule's up payloads but does not send θ (a party's ranks other than its leader)."""
+        fills the rule's up payloads but does not send θ (a party's ranks other than its leader). zeros(numel,
+        dtype): where the buffer lives (comm/node_share.py: one copy per node), else a tensor of its own."""
         D, n = (state.numel if with_theta else 0), state.n_trainable
-        flat = torch.zeros(D + n * len(names), dtype=dtype, device=device)
+        numel = D + n * len(names)
+        flat = zeros(numel, dtype) if zeros else torch.zeros(numel, dtype=dtype, device=device)
         self.flat = flat if with_theta else None
         self.theta = flat[:D] if with_theta else None
         self.trainable = flat[:n] if with_theta else None

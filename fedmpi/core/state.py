@@ -22,13 +22,29 @@ class BackboneState:
         self.tensors = self.trainable + frozen + buffers
         self.n_trainable = sum(p.numel() for p in self.trainable)
         self.numel = sum(t.numel() for t in self.tensors)
+        self.home: torch.Tensor | None = None   # the flat buffer the tensors are views of (live_in), if any
         names = {id(b): name for name, b in backbone.named_buffers()}
         offsets = torch.tensor([0] + [t.numel() for t in self.tensors]).cumsum(0).tolist()
         self.variances = [slice(offsets[i], offsets[i + 1]) for i, t in enumerate(self.tensors)
                           if names.get(id(t), "").endswith("running_var")]
 
     def read(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is not None and out is self.home:
+            return out   # the tensors are its views already
         return comm.flatten(self.tensors, out)
+
+    def live_in(self, flat: torch.Tensor) -> None:
+        """The state's tensors become views of `flat` (D values, theirs copied in), so that reading the state into
+        it is no copy and holds no second model (a party leader's upload on CPU)."""
+        offset = 0
+        with torch.no_grad():
+            for t in self.tensors:
+                n = t.numel()
+                view = flat[offset:offset + n].view_as(t)
+                view.copy_(t)
+                t.data = view
+                offset += n
+        self.home = flat
 
     def write(self, flat: torch.Tensor) -> None:
         comm.unflatten_into(flat, self.tensors)

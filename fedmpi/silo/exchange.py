@@ -17,7 +17,8 @@ import torch.distributed as dist
 from fedmpi import comm
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.aggregation.party_rows import PartyRows
-from fedmpi.core.context import Context
+from fedmpi.comm.node_share import keepers, shared_parties
+from fedmpi.core.context import Context, shares_node_memory
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.comm.topology import SERVER, Party
 
@@ -100,12 +101,14 @@ class SiloExchange:
 
     def bytes_per_round(self) -> dict[str, int]:
         """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
-        intra: each leader's broadcast to the other ranks of its party (stays inside the party)."""
+        intra: each leader's broadcast to the other ranks of its party (stays inside the party), or, where the
+        party's ranks share one copy per node, to the keepers of its other nodes."""
         item = torch.empty((), dtype=self.ctx.dtype).element_size()
         up, down = (n * item for n in self._sizes)
         parties = self.ctx.layout.parties
-        return {"up": up * len(parties), "down": down * len(parties),
-                "intra": down * sum(len(p.ranks) - 1 for p in parties)}
+        shared = shared_parties(self.ctx.layout, shares_node_memory(self.ctx.cfg))
+        receivers = sum(len(keepers(p.ranks) if p in shared else p.ranks) - 1 for p in parties)
+        return {"up": up * len(parties), "down": down * len(parties), "intra": down * receivers}
 
 
 # ---------------------------------------------------------------- the trainer's side
@@ -131,12 +134,16 @@ def broadcast_global(ctx: Context, down: torch.Tensor) -> None:
         dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
 
 
-def receive_global(ctx: Context, party: Party, down: torch.Tensor) -> None:
+def receive_global(ctx: Context, party: Party, down: torch.Tensor, node=None) -> None:
+    """The leader takes the payload from the server and passes it on over the party's group, or, where the party's
+    ranks on a node share one copy (`node`, comm/node_share.py), over the group of its nodes' keepers (None: the
+    party lives on one node)."""
     if ctx.rank == party.leader:
         broadcast_global(ctx, down)
-    if ctx.groups.party is not None:
-        with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, ctx.groups.party)}"):
-            dist.broadcast(down, src=party.leader, group=ctx.groups.party)
+    group = node.keepers if node is not None else ctx.groups.party
+    if group is not None:
+        with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, group)}"):
+            dist.broadcast(down, src=party.leader, group=group)
 
 
 def report(ctx: Context, r: int, stats: dict) -> None:

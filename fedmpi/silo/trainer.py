@@ -61,13 +61,17 @@ class Trainer:
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
-        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)   # [Θ | down payloads]
+        self.node = ctx.node_share   # None: this rank holds its own copy of what its party's ranks share
+        self.keeps = self.node is None or self.node.keeps
+        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype,   # [Θ | down payloads]
+                             zeros=self.node.zeros if self.node else None)
         # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
         self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
+        if self.is_leader and ctx.device.type == "cpu":
+            self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
-        receive_global(ctx, self.party, self.down.flat)
-        self.state.write(self.global_theta)
+        self.take_global()
         group = ctx.groups.party
         self.model, self.party_gradients = self._party_model(group)
         self.classifier = self._build_classifier().to(ctx.device)
@@ -75,6 +79,8 @@ class Trainer:
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
                                           weight_decay=o.weight_decay)  # eq. 1-2
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
+        if self.node:   # what on_global rebuilds from Θ is the same on every rank of the party: one copy per node
+            self.algo_state.update({key: self.node.like(self.algo_state[key]) for key in self.algorithm.global_state})
         # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
         self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
         self.precision = Precision(o.amp, ctx.device)
@@ -170,18 +176,32 @@ class Trainer:
         with comm.naming_failures(f"round {r + 1}"):
             with torch.no_grad():
                 self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
+            if self.node:
+                self.node.wait_for_party("the party's local steps")   # Θ_{r-1} and M are read no more
             previous = self.previous_global
-            if previous is not None:
+            if previous is not None and self.keeps:
                 previous.copy_(self.down.trainable)
             if self.is_leader:
                 self.state.read(self.up.theta)
                 if self.attack != 1.0:
                     scale_update(self.up.trainable, self.down.trainable, self.attack)
                 send_local(self.ctx, self.up.flat)
-            receive_global(self.ctx, self.party, self.down.flat)
+            rebuild = None
             if previous is not None:
-                self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
-            self.state.write(self.global_theta)
+                def rebuild():
+                    self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
+            self.take_global(rebuild)
+
+    def take_global(self, then=None) -> None:
+        """The new global payload (and then(), which rebuilds the rule's global_state from it) on the keeper of the
+        party's ranks on this node, or on every rank where nothing is shared; then every rank's model is Θ."""
+        if self.keeps:
+            receive_global(self.ctx, self.party, self.down.flat, self.node)
+            if then is not None:
+                then()
+        if self.node:
+            self.node.wait_for_party("the global payload")
+        self.state.write(self.global_theta)
 
     def checkpoint_parts(self) -> dict:
         """This rank's part of a checkpoint (fedmpi.store.checkpoint): its classifier shard and the shard's
@@ -202,7 +222,12 @@ class Trainer:
         self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
         self.precision.load_state_dict(saved["precision"])
         leader = saved if self.is_leader else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
-        copy_into(self.algo_state, leader["algorithm"], "algorithm")
+        targets = self.algo_state
+        if not self.keeps:   # the keeper restores what the party's ranks on its node share
+            targets = {k: torch.empty_like(v) if k in self.algorithm.global_state else v for k, v in targets.items()}
+        copy_into(targets, leader["algorithm"], "algorithm")
+        if self.node:
+            self.node.wait_for_party("the rule's state from the checkpoint")
         restore_rng(saved["rng"])
         return int(saved["_attrs"]["round"])
 
