@@ -15,6 +15,8 @@ from fedmpi.analysis.sweep_index import write_index
 from jobs.mpirun import mpirun_binary
 from jobs.site import ROOT
 
+LOCK_PAUSE_S = 3.0   # after releasing the lock, before the next run asks again: a waiting flock takes it first
+
 
 def mpirun_command(world: int) -> list[str]:
     return [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(world), sys.executable]
@@ -61,6 +63,8 @@ def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: flo
             if lock:
                 row["wait_s"] = round(waited, 2)
             write_index(folder, index)
+            if lock and holder.handle is None and i + 1 < len(rows):
+                time.sleep(LOCK_PAUSE_S)
     finally:
         holder.release()
 

@@ -90,6 +90,8 @@ def test_a_diverged_global_model_ends_the_run_cleanly_with_its_evaluation_logged
     assert list(rounds["round"]) == [0] and np.isfinite(rounds["loss"]).all()    # trained, then diverged
     assert list(evaluation["round"]) == [0] and sets
     assert all(np.isnan(evaluation[f"{name}/accuracy"][0]) for name in sets)
+    from fedmpi.analysis.badparty_report import Outcome     # what the study's report shows for such a run
+    assert Outcome(shared_runs[DIVERGED] / "log.h5", {"party": "b"}).shown_accuracy == "diverged (round 1)"
 
 
 @pytest.mark.parametrize("overrides, message", [

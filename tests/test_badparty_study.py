@@ -47,16 +47,30 @@ def test_robust_rules_run_two_seeds_in_both_layouts_with_their_options(cpu):
                      list(runs["p12-median-flipped-s0"].overrides))["world"] == 13
     assert twelve.optim.batch_size * 12 == cfgs["p3-median-flipped-s0"].optim.batch_size * 3
     for method in ("median", "trimmedmean", "krum", "fedavg", "fedface"):
-        assert {f"p12-{method}-flipped-s0", f"p12-{method}-flipped-s1"} <= set(runs)
+        assert {f"p12-{method}-{kind}-s{seed}" for kind in ("flipped", "shuffled") for seed in (0, 1)} <= set(runs)
+    assert next(p for p in cfgs["p12-fedface-shuffled-s1"].parties if p.name == "ga_0").data.shuffle_labels
+    for method in ("median", "krum"):             # the clean twins: each rule's accuracy without the bad party
+        clean = cfgs[f"p3-{method}-clean-s1"]
+        assert clean.fed.aggregation["rule"] == method and clean.run.seed == 1
+        assert not any(p.data.shuffle_labels or p.attack.scale != 1.0 for p in clean.parties)
 
 
 def test_the_privacy_curve_clips_as_its_papers_say(cpu):
     runs, cfgs = cpu
-    silo = [cfgs[n] for n in runs if n.startswith("dp-silo")]
-    assert len(silo) == 3 and all(c.fed.dp.adaptive and c.fed.dp.target_quantile == 0.5 for c in silo)
+    """Both clip at the median update norm of their non-private run (a fixed C measured once); both curves reach
+    single-digit epsilon at delta 1e-5."""
+    from fedmpi.aggregation.accounting import epsilon
+
+    runs, cfgs = cpu
+    silo = {n: cfgs[n] for n in runs if n.startswith("dp-silo")}
+    assert len(silo) == 5 and all(c.fed.dp.clip == 20.0 and not c.fed.dp.adaptive for c in silo.values())
+    assert sorted(c.fed.dp.noise_multiplier for c in silo.values()) == [0.0003, 0.003, 0.03, 0.3, 2.0]
+    assert epsilon(12, 2.0, 1e-5) < 10
     cross = {n: cfgs[n] for n in runs if n.startswith("dp-cross")}
-    assert not cross["dp-cross-z0"].fed.dp.enabled and len(cross) == 4
-    assert all(c.cross_device and c.fed.dp.clip == 0.17 and not c.fed.dp.adaptive for c in cross.values())
+    assert not cross["dp-cross-z0"].fed.dp.enabled and len(cross) == 6
+    assert all(c.cross_device and not c.fed.dp.adaptive for c in cross.values())
+    assert all(c.fed.dp.clip == 0.17 for n, c in cross.items() if n != "dp-cross-z0")
+    assert epsilon(20, 1.0, 1e-5, 0.25) < 10 and cfgs["dp-cross-z3"].fed.dp.noise_multiplier == 3.0
 
 
 def test_runs_hold_the_lock_only_while_they_run_and_release_it_once_the_hold_is_spent(tmp_path):
@@ -115,3 +129,39 @@ def test_the_committed_results_file_holds_the_numbers_of_its_logs():
         w_bad, accuracy = read(f"p3-fedface-{row[0]}-s{row[1]}")
         w_clean, _ = read(f"p3-fedface-clean-s{row[1]}")
         assert (row[3], row[4], row[8]) == (f"{w_bad:.3f}", f"{w_clean:.3f}", f"{accuracy:.3f}")
+
+
+def test_a_diverged_run_is_shown_as_such_and_left_out_of_the_means():
+    from fedmpi.analysis.badparty_report import Outcome, accuracy_cell
+
+    def outcome(accuracy, diverged_round=None):
+        o = Outcome.__new__(Outcome)
+        o.accuracy, o.diverged_round = accuracy, diverged_round
+        return o
+
+    runs = [outcome(80.0), outcome(70.0), outcome(float("nan"), 12)]
+    assert accuracy_cell(runs) == "75.00 ± 5.00 (1 of 3 diverged)"
+    assert accuracy_cell(runs[:2]) == "75.00 ± 5.00"
+    assert runs[2].shown_accuracy == "diverged (round 12)" and runs[0].shown_accuracy == 80.0
+
+
+def test_the_committed_privacy_curve_holds_the_numbers_of_its_logs():
+    """docs/results/badparty_cpu.md's privacy-utility table against the committed logs, read here without the
+    report's code: ε after the last round and the held-out accuracy (or the round the model diverged)."""
+    import numpy as np
+
+    from fedmpi.store.h5log import LogReader
+    from test_reproduce import md_rows
+
+    results = ROOT / "docs" / "results"
+    rows = [r for r in md_rows((results / "badparty_cpu.md").read_text(), "## Issue 25: privacy") if float(r[1])]
+    assert {r[0].split(",")[0] for r in rows} == {"silo", "cross-device"} and len(rows) >= 10
+    for setting, z, eps, _, shown in rows:
+        name = f"dp-silo-C20-z{float(z):g}" if setting.startswith("silo") else f"dp-cross-z{float(z):g}"
+        with LogReader(results / "badparty-cpu" / "runs" / name / "log.h5") as log:
+            epsilon, ev = log.table("privacy")["epsilon"][-1], log.table("eval")
+            accuracy = np.array([ev[f"{s}/accuracy"] for s in log.val_sets or ["test"]])
+        lost = np.flatnonzero(np.isnan(accuracy).any(axis=0))
+        expected = (f"diverged (round {ev['round'][lost[0]] + 1})" if lost.size
+                    else f"{100 * accuracy[:, -1].mean():.4f}")
+        assert (eps, shown) == (f"{epsilon:.4f}", expected), name

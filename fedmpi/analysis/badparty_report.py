@@ -3,7 +3,9 @@ badparty`): from the HDF5 logs of the study's sweep folder, (1) FedFace's final 
 seed against its clean twin, with held-out accuracy of FedFace and FedAvg; (2) held-out accuracy and the bad
 party's influence (its effective weight in the round's combination, the log's `influence` table) for every rule,
 layout and kind of bad party; (3) held-out accuracy against ε (the log's `privacy` table) for DP-FedAvg in the
-silo and cross-device settings. Which run goes where comes from the labels in the sweep's index.json."""
+silo and cross-device settings. Which run goes where comes from the labels in the sweep's index.json. A run whose
+evaluation logged NaN (its model's embeddings not finite) is shown as "diverged (round N)", N the first such
+evaluation's round, and left out of the means (which say how many of their runs diverged)."""
 from __future__ import annotations
 
 import math
@@ -36,8 +38,11 @@ class Outcome:
             sets = log.val_sets
         bad = parties.index(labels["party"]) if labels.get("party") in parties else None
         # the mean over the held-out pair sets (silo), or the test set's accuracy (cross-device)
-        final = [ev[f"{s}/accuracy"][-1] for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
+        columns = [ev[f"{s}/accuracy"] for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
+        final = [c[-1] for c in columns]
         self.accuracy = 100 * float(np.mean(final)) if final else math.nan
+        lost = np.flatnonzero(np.isnan(np.array(columns)).any(axis=0)) if columns else []
+        self.diverged_round = int(ev["round"][lost[0]]) + 1 if len(lost) else None
         self.fv_w = fv["w"][:, bad] if fv and bad is not None else np.zeros(0)
         self.fv_iterations = len(fv.get("round", ()))
         # what FV sees: per iteration, the least-squares slope of a candidate's mean validation accuracy (points)
@@ -49,6 +54,11 @@ class Outcome:
         self.epsilon = float(privacy["epsilon"][-1]) if privacy else 0.0
         self.clip = float(privacy["clip"][-1]) if privacy else math.nan
         self.uniform = 1 / len(parties) if parties else math.nan
+
+    @property
+    def shown_accuracy(self):
+        """The held-out accuracy, or "diverged (round N)"."""
+        return f"diverged (round {self.diverged_round})" if self.diverged_round else self.accuracy
 
     @property
     def final_w(self) -> float:
@@ -72,6 +82,13 @@ def read_outcomes(report: Report) -> dict[str, Outcome]:
 
 def pick(outcomes: dict, **labels) -> list[Outcome]:
     return [o for o in outcomes.values() if all(o.labels.get(k) == v for k, v in labels.items())]
+
+
+def accuracy_cell(runs: list[Outcome]) -> str:
+    """Mean ± half range over the runs that did not diverge, saying how many did."""
+    lost = sum(o.diverged_round is not None for o in runs)
+    cell = mean_half_range([o.accuracy for o in runs if o.diverged_round is None])
+    return f"{cell} ({lost} of {len(runs)} diverged)" if lost else cell
 
 
 def fv_table(outcomes: dict) -> Table:
@@ -107,7 +124,7 @@ def robust_table(outcomes: dict, layout: str) -> Table:
         row = [label]
         for kind in KINDS:
             runs = [o for o in found if o.labels["bad"] == kind]
-            row += [mean_half_range([o.accuracy for o in runs]),
+            row += [accuracy_cell(runs),
                     mean_half_range([o.mean_influence for o in runs]) if kind != "clean" else mean_half_range(
                         [o.mean_influence for o in runs])]
         seeds = sorted({o.labels["seed"] for o in found})
@@ -124,7 +141,7 @@ def per_seed_table(outcomes: dict) -> Table:
     for o in sorted(pick(outcomes, part="bad"), key=lambda o: (o.labels["layout"], list(METHOD_LABELS).index(
             o.labels["method"]), KINDS.index(o.labels["bad"]), o.labels["seed"])):
         rows.append([o.labels["layout"], METHOD_LABELS[o.labels["method"]], o.labels["bad"], o.labels["seed"],
-                     o.accuracy, o.mean_influence, float(o.influence[-1]) if o.influence.size else math.nan,
+                     o.shown_accuracy, o.mean_influence, float(o.influence[-1]) if o.influence.size else math.nan,
                      o.final_w])
     return Table(header=["parties", "rule", "bad party", "seed", "held-out acc. %", "influence (mean over rounds)",
                          "influence (last round)", "FV w (final)"], rows=rows, digits=3)
@@ -134,7 +151,7 @@ def dp_table(outcomes: dict) -> Table:
     rows = []
     for o in sorted(pick(outcomes, part="dp"), key=lambda o: (o.labels["layout"], o.labels["z"])):
         rows.append([SETTING_NAMES[o.labels["layout"]], o.labels["z"], o.epsilon if o.labels["z"] else math.inf,
-                     o.clip, o.accuracy])
+                     o.clip, o.shown_accuracy])
     for o in pick(outcomes, part="bad", layout="3", method="fedavg", bad="clean", seed=0):
         rows.insert(0, [SETTING_NAMES["3"], 0.0, math.inf, math.nan, o.accuracy])
     return Table(header=["setting", "noise multiplier z", "ε at δ = 1e-5", "clip (last round)", "held-out acc. %"],
@@ -170,7 +187,8 @@ def accuracy_figure(outcomes: dict, path: Path) -> bool:
         methods = [m for m in METHOD_LABELS if pick(outcomes, part="bad", layout=layout, method=m)]
         for j, kind in enumerate(KINDS):
             for i, m in enumerate(methods):
-                values = [o.accuracy for o in pick(outcomes, part="bad", layout=layout, method=m, bad=kind)]
+                values = [o.accuracy for o in pick(outcomes, part="bad", layout=layout, method=m, bad=kind)
+                          if o.diverged_round is None]
                 if values:
                     ax.bar(i + (j - 1) * 0.27, np.mean(values), 0.27, color=f"C{j}", label=kind if i == 0 else None,
                            yerr=(max(values) - min(values)) / 2)
@@ -192,11 +210,13 @@ def privacy_figure(outcomes: dict, path: Path) -> bool:
         return False
     fig, axes = panel_grid(len(groups), max_cols=2)
     for ax, (setting, rows) in zip(axes, groups.items()):
-        private = [r for r in rows if r[1] > 0]
+        private = [r for r in rows if r[1] > 0 and not isinstance(r[4], str)]     # a diverged run has no accuracy
         ax.semilogx([r[2] for r in private], [r[4] for r in private], "o-", label="DP-FedAvg")
         for r in private:
             ax.annotate(f"z={r[1]:g}", (r[2], r[4]), fontsize=7)
         for r in rows:
+            if isinstance(r[4], str):
+                ax.annotate(f"z={r[1]:g}: {r[4]}", (r[2], ax.get_ylim()[0]), fontsize=7)
             if r[1] == 0:
                 ax.axhline(r[4], color="grey", ls="--", label="no DP")
         ax.set_xlabel("ε at δ = 1e-5 (RDP accountant)")
