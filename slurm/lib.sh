@@ -240,9 +240,9 @@ fedmpi_run_in_job() {
     # The launcher runs in the background so that this shell can forward USR1/TERM (sent to the batch
     # shell by --signal=B:USR1@... or scancel --batch) to it; srun and mpirun pass them on to every rank.
     "${launch[@]}" &
-    local pid=$! rc
-    trap "kill -USR1 $pid 2>/dev/null" USR1
-    trap "kill -TERM $pid 2>/dev/null" TERM
+    local pid=$! rc preempting=0
+    trap "preempting=1; kill -USR1 $pid 2>/dev/null" USR1
+    trap "preempting=1; kill -TERM $pid 2>/dev/null" TERM
     while true; do
         wait "$pid"
         rc=$?
@@ -255,8 +255,11 @@ fedmpi_run_in_job() {
         fedmpi_log "${launch[0]} exited 0 but $run_log was not written by this job: the ranks did not run (see the errors above)"
         rc=1
     fi
-    if [ "$rc" -eq "$FEDMPI_EXIT_PREEMPTED" ]; then
-        fedmpi_log "the run stopped for preemption with a checkpoint; requeueing job $SLURM_JOB_ID"
+    # Preempted: the ranks exit 75 after the checkpoint; srun's --kill-on-bad-exit then kills any rank still
+    # exiting after KillWait (seen on a loaded node: status 137), so any failure after a forwarded signal counts
+    # too. The requeued job resumes from the newest complete checkpoint (--resume auto checks its manifest).
+    if [ "$rc" -eq "$FEDMPI_EXIT_PREEMPTED" ] || { [ "$preempting" = 1 ] && [ "$rc" -ne 0 ]; }; then
+        fedmpi_log "the run stopped for preemption (launcher status $rc); requeueing job $SLURM_JOB_ID"
         if scontrol requeue "$SLURM_JOB_ID"; then
             sleep 600 &   # the requeue ends this job; wait for that rather than report an exit status
             wait $!

@@ -51,6 +51,7 @@ class Simulation:
     store: ClientStore | None           # the clients' states
     local: LocalTrainer
     last_rows: torch.Tensor | None = None    # the last round's uploads, one row per sampled client
+    losses: list[float] | None = None        # each round's n_k-weighted mean loss of its clients
 
 
 def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) -> Simulation:
@@ -70,14 +71,15 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
                          seed=cfg.run.seed, augment=False, device=CPU, dtype=dtype)
     population = len(data.parts)
     sampler = ClientSampler(population, cfg.clients.fraction if population > 1 else 1.0, cfg.clients.sampler_seed)
-    sampled = []
+    sampled, losses = [], []
     for r in range(cfg.rounds):
         ids = [int(k) for k in sampler.sample()]
         sampled.append(ids)
-        uploads = []
+        uploads, round_losses = [], []
         for k in ids:
             client = store.get(k).clone() if store else None
-            _, size = local.train_client(down.flat, k, r, cfg.lr_at_round(r), client)
+            loss, size = local.train_client(down.flat, k, r, cfg.lr_at_round(r), client)
+            round_losses.append((loss, size))
             if clip is None:
                 uploads.append((size, local.up.flat.to(torch.float64).clone()))
             else:               # DP: each client clipped and counted once
@@ -86,6 +88,7 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
                 uploads.append((1, clipped))
             if store:
                 store.put(k, client)
+        losses.append(sum(loss * n for loss, n in round_losses) / sum(n for _, n in round_losses))
         previous = down.theta.clone()
         sampled_uploads = SampledUploads(uploads, dtype)
         w = sampled_uploads.weights if step.aggregator.needs_uploads else None
@@ -93,4 +96,4 @@ def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) ->
         local.down.flat.copy_(down.flat)
         local.new_global(previous, cfg.lr_at_round(r))
     rows = sampled_uploads.rows if cfg.rounds else None
-    return Simulation(down.theta.clone(), sampled, server_state, store, local, rows)
+    return Simulation(down.theta.clone(), sampled, server_state, store, local, rows, losses)

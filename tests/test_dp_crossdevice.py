@@ -66,7 +66,9 @@ def test_the_mpirun_run_adds_the_references_noise_and_logs_epsilon(tmp_path):
     theta = torch.load(tmp_path / "dp.pt")["theta"]
     assert (theta - expected.theta).abs().max() < 1e-9
     with LogReader(tmp_path / "dp" / "log.h5") as log:
-        privacy = log.table("privacy")
+        privacy, rounds = log.table("privacy"), log.table("rounds")
+    # the clients' loss is their n_k-weighted mean, though DP counts each client once in the aggregate
+    assert rounds["loss"][:, 0].tolist() == pytest.approx(expected.losses, rel=1e-9)
     assert privacy["epsilon"].tolist() == pytest.approx([epsilon(r, 0.7, 1e-5, 0.5) for r in (1, 2, 3)], rel=1e-12)
     assert privacy["noise_std"].tolist() == pytest.approx([0.7 * 0.5 / 3] * 3, rel=1e-12)
     assert "privacy: epsilon" in out.stdout

@@ -131,8 +131,8 @@ class ClientExchange:
         stats = [s for s in stats if s is not None]
         if self.log is not None:
             self.log.append("clients", round=r, ids=self.clients)
-        weight = sum(s["weight"] for s in stats)
-        return RoundStats(loss=np.array([sum(s["loss_sum"] for s in stats) / max(weight, 1)]),
+        examples = sum(s["examples"] for s in stats)
+        return RoundStats(loss=np.array([sum(s["loss_sum"] for s in stats) / max(examples, 1)]),
                           images=np.array([float(sum(s["images"] for s in stats))]),
                           seconds=np.array([max(s["seconds"] for s in stats)]),
                           bad_records=np.zeros(1, dtype=np.int64))

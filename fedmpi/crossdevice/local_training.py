@@ -47,7 +47,7 @@ class LocalTrainer:
         the clients' states (per-client rules), updated in place. `each`: called with every client's upload
         [theta_k | up payloads] as it is trained (the payload then sums only the counts)."""
         out = self.payload()
-        loss_sum, images = 0.0, 0
+        loss_sum, examples, images = 0.0, 0, 0
         for i, k in enumerate(clients):
             loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
             if each is not None:
@@ -60,8 +60,10 @@ class LocalTrainer:
                 clip_into(out[:-1], self.up.flat, self.down.theta, self.clip)
                 out[-1] += 1
             loss_sum += loss * n
+            examples += n
             images += n * self.epochs
-        return out, {"clients": len(clients), "weight": float(out[-1]), "loss_sum": loss_sum, "images": images}
+        # the loss is n_k-weighted whatever the aggregation weighs (DP counts every client once)
+        return out, {"clients": len(clients), "examples": examples, "loss_sum": loss_sum, "images": images}
 
     def train_client(self, down: torch.Tensor, k: int, r: int, lr: float,
                      client_state: torch.Tensor | None = None) -> tuple[float, int]:
