@@ -32,8 +32,20 @@ STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_repo
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
+SCHEDULING_OPTIONS = ("--lock", "--lock-hold")   # how runs shared a machine, not what they computed
+
+
 def command_line(argv: list[str]) -> str:
-    return " ".join(["python -m jobs.reproduce", *argv])
+    """The command as recorded in results: without the scheduling options, whose values are machine paths."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in SCHEDULING_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in SCHEDULING_OPTIONS)):
+            kept.append(arg)
+    return " ".join(["python -m jobs.reproduce", *kept])
 
 
 def git_commit() -> str:

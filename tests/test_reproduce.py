@@ -139,9 +139,11 @@ def test_resume_runs_again_what_an_earlier_session_did_not_complete(tiny):
     log = root / "sweep" / "runs" / cut["name"] / "log.h5"
     log.write_bytes(log.read_bytes()[:4096])      # a rank killed mid-write leaves an unreadable log
     kept = {r["name"]: r["wall_s"] for r in index["runs"] if r["name"] != cut["name"]}
-    proc = reproduce_tiny(root, tiny["out"], "--resume")
+    proc = reproduce_tiny(root, tiny["out"], "--resume", "--lock", str(root / "heavy.lock"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     after = json.loads(index_path.read_text())
+    # the lock says how runs shared a machine (a machine path), not what they computed: left out of the record
+    assert after["study"]["sessions"][1]["command"].endswith("--timeout 400 --resume"), after["study"]["sessions"]
     rows = {r["name"]: r for r in after["runs"]}
     assert rows[cut["name"]]["state"] == "COMPLETED" and rows[cut["name"]]["args"] == ["--resume", "auto"]
     assert {n: rows[n]["wall_s"] for n in kept} == kept
