@@ -86,7 +86,8 @@ CPU_RATIONALE = (
     "ended at chance (60.6 % vs ~73 %, the global loss rising after round 7). 12 parties: ga_0 is the bad party, "
     "batch 8 per party (the same images per step). Trimmed mean: beta 0.1 with 12 parties (one trimmed from each end); "
     "with 3 parties any trim is the median, so it is not run there. Krum: f = 0 with 3 parties (n > 2f + 2), f = 1 "
-    "with 12. Each robust rule has clean twins in both layouts: what the rule costs without a bad party. Privacy: FedAvg's clean 3-party run of "
+    "with 12. Every method has clean twins in both layouts: what the method costs without a bad party, and (FedFace) the "
+    "weight FV gives the same party when it is honest. Privacy: FedAvg's clean 3-party run of "
     "seed 0 is the z = 0 point of the silo curve. The clipping norm is the median update norm, as Andrew et al. "
     "(2021) recommend (their adaptive clipping tracks the gamma = 0.5 quantile; McMahan et al. (2018) tuned a fixed "
     "C), measured on the non-private run: the silo DP runs clip each party's whole update (trainable values and "
@@ -113,7 +114,7 @@ SCALES = {
         cells=(Cell("3", ("fedavg", "fedface"), KINDS, (0, 1, 2)),
                Cell("3", ("median", "krum"), KINDS, (0, 1)),
                Cell("12", ("fedavg", "fedface", "median", "trimmed_mean", "krum"), ("shuffled", "flipped"), (0, 1)),
-               Cell("12", ("fedavg", "median", "trimmed_mean", "krum"), ("clean",), (0, 1))),
+               Cell("12", ("fedavg", "fedface", "median", "trimmed_mean", "krum"), ("clean",), (0, 1))),
         dp_silo=(0.0003, 0.003, 0.03, 0.3, 2.0),
         dp_silo_clip=20.0,
         dp_crossdevice=(0.003, 0.03, 0.3, 0.5, 0.7, 1.0, 3.0),

@@ -50,9 +50,9 @@ def test_robust_rules_run_two_seeds_in_both_layouts_with_their_options(cpu):
         assert {f"p12-{method}-{kind}-s{seed}" for kind in ("flipped", "shuffled") for seed in (0, 1)} <= set(runs)
     assert next(p for p in cfgs["p12-fedface-shuffled-s1"].parties if p.name == "ga_0").data.shuffle_labels
     for name, rule in [("p3-median", "median"), ("p3-krum", "krum"), ("p12-median", "median"),
-                       ("p12-trimmedmean", "trimmed_mean"), ("p12-krum", "krum")]:
+                       ("p12-trimmedmean", "trimmed_mean"), ("p12-krum", "krum"), ("p12-fedface", "mean")]:
         clean = cfgs[f"{name}-clean-s1"]        # the clean twins: each rule's accuracy without the bad party
-        assert clean.fed.aggregation["rule"] == rule and clean.run.seed == 1
+        assert clean.fed.aggregation["rule"] == rule and clean.run.seed == 1 and clean.fv.enabled == (name == "p12-fedface")
         assert not any(p.data.shuffle_labels or p.attack.scale != 1.0 for p in clean.parties)
 
 
