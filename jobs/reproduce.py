@@ -52,8 +52,10 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
                              cwd=str(ROOT))
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=str(ROOT)).stdout.strip()
+        # what the studies write (docs/results/) does not make the code that ran it uncommitted
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)docs/results"], capture_output=True, text=True, timeout=10,
+                               cwd=str(ROOT)).stdout.strip()
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
