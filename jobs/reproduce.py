@@ -32,16 +32,30 @@ STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_repo
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
+SCHEDULING_OPTIONS = ("--lock", "--lock-hold")   # how runs shared a machine, not what they computed
+
+
 def command_line(argv: list[str]) -> str:
-    return " ".join(["python -m jobs.reproduce", *argv])
+    """The command as recorded in results: without the scheduling options, whose values are machine paths."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in SCHEDULING_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in SCHEDULING_OPTIONS)):
+            kept.append(arg)
+    return " ".join(["python -m jobs.reproduce", *kept])
 
 
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
                              cwd=str(ROOT))
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=str(ROOT)).stdout.strip()
+        # what the studies write (docs/results/) does not make the code that ran it uncommitted
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)docs/results"], capture_output=True, text=True, timeout=10,
+                               cwd=str(ROOT)).stdout.strip()
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -49,9 +49,10 @@ def test_robust_rules_run_two_seeds_in_both_layouts_with_their_options(cpu):
     for method in ("median", "trimmedmean", "krum", "fedavg", "fedface"):
         assert {f"p12-{method}-{kind}-s{seed}" for kind in ("flipped", "shuffled") for seed in (0, 1)} <= set(runs)
     assert next(p for p in cfgs["p12-fedface-shuffled-s1"].parties if p.name == "ga_0").data.shuffle_labels
-    for method in ("median", "krum"):             # the clean twins: each rule's accuracy without the bad party
-        clean = cfgs[f"p3-{method}-clean-s1"]
-        assert clean.fed.aggregation["rule"] == method and clean.run.seed == 1
+    for name, rule in [("p3-median", "median"), ("p3-krum", "krum"), ("p12-median", "median"),
+                       ("p12-trimmedmean", "trimmed_mean"), ("p12-krum", "krum"), ("p12-fedface", "mean")]:
+        clean = cfgs[f"{name}-clean-s1"]        # the clean twins: each rule's accuracy without the bad party
+        assert clean.fed.aggregation["rule"] == rule and clean.run.seed == 1 and clean.fv.enabled == (name == "p12-fedface")
         assert not any(p.data.shuffle_labels or p.attack.scale != 1.0 for p in clean.parties)
 
 
@@ -67,7 +68,7 @@ def test_the_privacy_curve_clips_as_its_papers_say(cpu):
     assert sorted(c.fed.dp.noise_multiplier for c in silo.values()) == [0.0003, 0.003, 0.03, 0.3, 2.0]
     assert epsilon(12, 2.0, 1e-5) < 10
     cross = {n: cfgs[n] for n in runs if n.startswith("dp-cross")}
-    assert not cross["dp-cross-z0"].fed.dp.enabled and len(cross) == 6
+    assert not cross["dp-cross-z0"].fed.dp.enabled and len(cross) == 8
     assert all(c.cross_device and not c.fed.dp.adaptive for c in cross.values())
     assert all(c.fed.dp.clip == 0.17 for n, c in cross.items() if n != "dp-cross-z0")
     assert epsilon(20, 1.0, 1e-5, 0.25) < 10 and cfgs["dp-cross-z3"].fed.dp.noise_multiplier == 3.0

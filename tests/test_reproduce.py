@@ -139,9 +139,11 @@ def test_resume_runs_again_what_an_earlier_session_did_not_complete(tiny):
     log = root / "sweep" / "runs" / cut["name"] / "log.h5"
     log.write_bytes(log.read_bytes()[:4096])      # a rank killed mid-write leaves an unreadable log
     kept = {r["name"]: r["wall_s"] for r in index["runs"] if r["name"] != cut["name"]}
-    proc = reproduce_tiny(root, tiny["out"], "--resume")
+    proc = reproduce_tiny(root, tiny["out"], "--resume", "--lock", str(root / "heavy.lock"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     after = json.loads(index_path.read_text())
+    # the lock says how runs shared a machine (a machine path), not what they computed: left out of the record
+    assert after["study"]["sessions"][1]["command"].endswith("--timeout 400 --resume"), after["study"]["sessions"]
     rows = {r["name"]: r for r in after["runs"]}
     assert rows[cut["name"]]["state"] == "COMPLETED" and rows[cut["name"]]["args"] == ["--resume", "auto"]
     assert {n: rows[n]["wall_s"] for n in kept} == kept
@@ -168,3 +170,14 @@ def test_claims_in_a_setting_run_with_several_seeds_are_paired_on_the_seed():
     assert rows[("(3) PFM above FedAvg", "c")] == ["+1.50 (per seed +2.00, +1.00)", "yes, in all 2 seeds"]
     assert rows[("(1) FedAvg at K of (a) above FedAvg at K of (c)", "a/c")] == [
         "+1.50 (per seed +4.00, -1.00)", "within seed noise (the sign changes between seeds)"]
+
+
+def test_values_that_round_to_zero_are_written_without_a_sign():
+    """Krum's influence of a never-chosen party is -1e-9 or so in float arithmetic: "0.00", not "-0.00"."""
+    from fedmpi.analysis.fedface_claims import mean_half_range
+    from fedmpi.analysis.tables import Table, render
+
+    assert mean_half_range([-1e-9, -3e-9]) == "0.00 ± 0.00" and mean_half_range([-2e-9]) == "0.00"
+    assert mean_half_range([-0.5, -0.25]) == "-0.38 ± 0.12"
+    text = render(Table(header=["a", "b"], rows=[[-4e-7, -0.0041]], digits=3), "md")
+    assert "| 0.000 | -0.004 |" in text, text

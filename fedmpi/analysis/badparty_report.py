@@ -41,6 +41,7 @@ class Outcome:
         columns = [ev[f"{s}/accuracy"] for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
         final = [c[-1] for c in columns]
         self.accuracy = 100 * float(np.mean(final)) if final else math.nan
+        self.sets = [s for s in sets if len(ev.get(f"{s}/accuracy", ()))]
         lost = np.flatnonzero(np.isnan(np.array(columns)).any(axis=0)) if columns else []
         self.diverged_round = int(ev["round"][lost[0]]) + 1 if len(lost) else None
         self.fv_w = fv["w"][:, bad] if fv and bad is not None else np.zeros(0)
@@ -195,7 +196,8 @@ def accuracy_figure(outcomes: dict, path: Path) -> bool:
                     ax.plot([i + (j - 1) * 0.27] * len(values), values, "k.", ms=3)
         ax.set_xticks(range(len(methods)), [METHOD_LABELS[m] for m in methods], rotation=20, fontsize=8)
         ax.set_ylim(45, None)
-        ax.set_ylabel("held-out accuracy % (mean of 5 sets)")
+        sets = sorted({", ".join(o.sets) for o in pick(outcomes, part="bad", layout=layout)})
+        ax.set_ylabel(f"held-out accuracy % (mean of {' / '.join(sets)})", fontsize=8)
         ax.set_title(f"{layout} parties, one bad party")
         ax.legend(fontsize=7)
     save_figure(fig, path)

@@ -11,7 +11,7 @@ from fedmpi.analysis.methods import fedface_label
 from fedmpi.analysis.relative import BASELINE, relative_results
 from fedmpi.analysis.run_log import AnalysisError
 from fedmpi.analysis.table1 import table1
-from fedmpi.analysis.tables import Table, nan_mean
+from fedmpi.analysis.tables import Table, fixed, nan_mean
 from fedmpi.analysis.weights import weight_trace
 
 SEED_NOTE = "mean of the seeds ± half their range"
@@ -74,8 +74,8 @@ def mean_half_range(values: list[float]) -> str:
     if not values:
         return "-"
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{np.mean(values):.2f} ± {(max(values) - min(values)) / 2:.2f}"
+        return fixed(values[0], 2)
+    return f"{fixed(np.mean(values), 2)} ± {fixed((max(values) - min(values)) / 2, 2)}"
 
 
 def _mean(results, setting: str, method: str) -> float:

@@ -71,6 +71,12 @@ class Table:
     title: str = ""
 
 
+def fixed(value: float, digits: int) -> str:
+    """`value` with `digits` decimals; one that rounds to zero is written without a sign (not "-0.00")."""
+    text = f"{float(value):.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _cell(value, digits: int, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "" if fmt == "csv" else "-"
@@ -79,7 +85,7 @@ def _cell(value, digits: int, fmt: str) -> str:
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, (float, np.floating)):
-        return f"{float(value):.10g}" if fmt == "csv" else f"{float(value):.{digits}f}"
+        return f"{float(value):.10g}" if fmt == "csv" else fixed(value, digits)
     return str(value)
 
 
