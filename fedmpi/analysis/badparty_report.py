@@ -177,6 +177,51 @@ def dp_table(outcomes: dict) -> Table:
                          "held-out acc. % (mean ± half range)", "per seed", "seeds"], rows=rows, digits=4)
 
 
+def weights_figure(outcomes: dict, path: Path) -> bool:
+    kinds = [k for k in KINDS[1:] if pick(outcomes, part="bad", layout="3", method="fedface", bad=k)]
+    if not kinds:
+        return False
+    fig, axes = panel_grid(len(kinds), max_cols=2)
+    for ax, kind in zip(axes, kinds):
+        for style, k in (("-", kind), (":", "clean")):
+            for o in sorted(pick(outcomes, part="bad", layout="3", method="fedface", bad=k),
+                            key=lambda o: o.labels["seed"]):
+                ax.plot(np.arange(1, o.fv_w.size + 1), o.fv_w, style, color=f"C{o.labels['seed']}",
+                        label=f"{k} seed {o.labels['seed']}")
+        ax.axhline(1 / 3, color="grey", lw=0.8)
+        ax.set_title(f"FedFace, w_ga: {kind} (solid), clean twin (dotted)", fontsize=9)
+        ax.set_xlabel("FV iteration")
+        ax.set_ylabel("w_ga")
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+    return True
+
+
+def accuracy_figure(outcomes: dict, path: Path) -> bool:
+    layouts = [lay for lay in ("3", "12") if pick(outcomes, part="bad", layout=lay)]
+    if not layouts:
+        return False
+    fig, axes = panel_grid(len(layouts), max_cols=2, size=(6.4, 3.8))
+    for ax, layout in zip(axes, layouts):
+        methods = [m for m in METHOD_LABELS if pick(outcomes, part="bad", layout=layout, method=m)]
+        for j, kind in enumerate(KINDS):
+            for i, m in enumerate(methods):
+                values = [o.accuracy for o in pick(outcomes, part="bad", layout=layout, method=m, bad=kind)
+                          if o.diverged_round is None]
+                if values:
+                    ax.bar(i + (j - 1) * 0.27, np.mean(values), 0.27, color=f"C{j}", label=kind if i == 0 else None,
+                           yerr=(max(values) - min(values)) / 2)
+                    ax.plot([i + (j - 1) * 0.27] * len(values), values, "k.", ms=3)
+        ax.set_xticks(range(len(methods)), [METHOD_LABELS[m] for m in methods], rotation=20, fontsize=8)
+        ax.set_ylim(45, None)
+        sets = sorted({", ".join(o.sets) for o in pick(outcomes, part="bad", layout=layout)})
+        ax.set_ylabel(f"held-out accuracy % (mean of {' / '.join(sets)})", fontsize=8)
+        ax.set_title(f"{layout} parties, one bad party")
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+    return True
+
+
 def privacy_figure(outcomes: dict, path: Path) -> bool:
     groups = {}
     for point in dp_points(outcomes):
