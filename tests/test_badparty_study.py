@@ -176,3 +176,28 @@ def test_the_committed_privacy_curve_holds_the_numbers_of_its_logs():
             assert per_seed == ", ".join(f"{a:.1f}" for a in finals), name
             expected = f"{np.mean(finals):.2f} ± {(max(finals) - min(finals)) / 2:.2f}"
         assert epsilons == {eps} and shown == expected, name
+
+
+def test_the_committed_results_file_is_what_the_report_writes_from_the_committed_logs(tmp_path):
+    """`--report-only` over docs/results/badparty-cpu writes every generated table of badparty_cpu.md as committed
+    (all but the lines naming the commit it was written at and the sweep folder relative to it, and the time the
+    analysis took); its figures exist."""
+    import re
+
+    from fedmpi.analysis.fedface_report import HAND_WRITTEN
+
+    out = tmp_path / "badparty_cpu.md"
+    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "badparty", "--scale", "cpu", "--report-only",
+                           "--folder", "docs/results/badparty-cpu", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def generated(text):
+        text = text.split(HAND_WRITTEN, 1)[0]
+        text = re.sub(r"analysis \d+\.\d+ s", "analysis - s", text)
+        return [line for line in text.splitlines()       # these two name where the file and its commit are
+                if not line.startswith("This file was written again") and "sweep folder" not in line]
+
+    assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "badparty_cpu.md").read_text())
+    for name in ("fv_weights", "accuracy", "privacy"):
+        assert (tmp_path / f"badparty_cpu_{name}.png").stat().st_size > 10_000, name
