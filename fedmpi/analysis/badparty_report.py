@@ -148,15 +148,33 @@ def per_seed_table(outcomes: dict) -> Table:
                          "influence (last round)", "FV w (final)"], rows=rows, digits=3)
 
 
+def dp_points(outcomes: dict) -> list[dict]:
+    """The privacy-utility points: per setting and noise multiplier, its runs' seeds and accuracies (FedAvg's clean
+    3-party runs are the silo's z = 0 point)."""
+    runs = {}
+    for o in pick(outcomes, part="dp") + pick(outcomes, part="bad", layout="3", method="fedavg", bad="clean"):
+        runs.setdefault((o.labels["layout"], o.labels["z"]), []).append(o)
+    points = []
+    for (layout, z), group in sorted(runs.items()):
+        group = sorted(group, key=lambda o: o.labels["seed"])
+        finite = [o.accuracy for o in group if o.diverged_round is None]
+        points.append({"setting": SETTING_NAMES[layout], "z": z, "epsilon": group[0].epsilon if z else math.inf,
+                       "clip": group[0].clip, "runs": group, "accuracies": finite,
+                       "accuracy": float(np.mean(finite)) if finite else math.nan})
+    return points
+
+
 def dp_table(outcomes: dict) -> Table:
     rows = []
-    for o in sorted(pick(outcomes, part="dp"), key=lambda o: (o.labels["layout"], o.labels["z"])):
-        rows.append([SETTING_NAMES[o.labels["layout"]], o.labels["z"], o.epsilon if o.labels["z"] else math.inf,
-                     o.clip, o.shown_accuracy])
-    for o in pick(outcomes, part="bad", layout="3", method="fedavg", bad="clean", seed=0):
-        rows.insert(0, [SETTING_NAMES["3"], 0.0, math.inf, math.nan, o.accuracy])
-    return Table(header=["setting", "noise multiplier z", "ε at δ = 1e-5", "clip (last round)", "held-out acc. %"],
-                 rows=rows, digits=4)
+    for p in dp_points(outcomes):
+        runs = p["runs"]
+        shown = [o.shown_accuracy for o in runs]
+        rows.append([p["setting"], p["z"], p["epsilon"], p["clip"],
+                     shown[0] if len(runs) == 1 and isinstance(shown[0], str) else accuracy_cell(runs),
+                     ", ".join(a if isinstance(a, str) else f"{a:.1f}" for a in shown) if len(runs) > 1 else "",
+                     ", ".join(str(o.labels["seed"]) for o in runs)])
+    return Table(header=["setting", "noise multiplier z", "ε at δ = 1e-5", "clip (last round)",
+                         "held-out acc. % (mean ± half range)", "per seed", "seeds"], rows=rows, digits=4)
 
 
 def weights_figure(outcomes: dict, path: Path) -> bool:
@@ -206,21 +224,25 @@ def accuracy_figure(outcomes: dict, path: Path) -> bool:
 
 def privacy_figure(outcomes: dict, path: Path) -> bool:
     groups = {}
-    for row in dp_table(outcomes).rows:
-        groups.setdefault(row[0], []).append(row)
+    for point in dp_points(outcomes):
+        groups.setdefault(point["setting"], []).append(point)
     if not any(len(g) > 1 for g in groups.values()):
         return False
     fig, axes = panel_grid(len(groups), max_cols=2)
-    for ax, (setting, rows) in zip(axes, groups.items()):
-        private = [r for r in rows if r[1] > 0 and not isinstance(r[4], str)]     # a diverged run has no accuracy
-        ax.semilogx([r[2] for r in private], [r[4] for r in private], "o-", label="DP-FedAvg")
-        for r in private:
-            ax.annotate(f"z={r[1]:g}", (r[2], r[4]), fontsize=7)
-        for r in rows:
-            if isinstance(r[4], str):
-                ax.annotate(f"z={r[1]:g}: {r[4]}", (r[2], ax.get_ylim()[0]), fontsize=7)
-            if r[1] == 0:
-                ax.axhline(r[4], color="grey", ls="--", label="no DP")
+    for ax, (setting, points) in zip(axes, groups.items()):
+        private = [p for p in points if p["z"] > 0 and p["accuracies"]]     # a diverged run has no accuracy
+        ax.semilogx([p["epsilon"] for p in private], [p["accuracy"] for p in private], "o-", label="DP-FedAvg")
+        for p in private:
+            ax.plot([p["epsilon"]] * len(p["accuracies"]), p["accuracies"], "k.", ms=3)
+            ax.annotate(f"z={p['z']:g}", (p["epsilon"], p["accuracy"]), fontsize=7)
+        for p in points:
+            if not p["accuracies"]:
+                ax.annotate(f"z={p['z']:g}: {p['runs'][0].shown_accuracy}", (p["epsilon"], ax.get_ylim()[0]),
+                            fontsize=7)
+            if p["z"] == 0:
+                ax.axhline(p["accuracy"], color="grey", ls="--", label=f"no DP (mean of {len(p['accuracies'])})")
+                for a in p["accuracies"]:
+                    ax.axhline(a, color="grey", ls=":", lw=0.6)
         ax.set_xlabel("ε at δ = 1e-5 (RDP accountant)")
         ax.set_ylabel("held-out accuracy %")
         ax.set_title(f"{setting}")
