@@ -10,7 +10,7 @@ import torch
 
 from fedmpi.aggregation import columns
 from fedmpi.aggregation.bulyan import Bulyan, BulyanOptions
-from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptions
+from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptions, krum_scores
 from fedmpi.aggregation.median import Median
 from fedmpi.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanOptions
 from fedmpi.config import ConfigError, load_config
@@ -112,6 +112,21 @@ def test_multikrum_averages_the_m_best_with_their_weights(x, m, block):
     w = np.arange(1.0, len(x) + 1) / np.arange(1.0, len(x) + 1).sum()
     got = run(MultiKrum(MultiKrumOptions(f=2, m=m)), x, w)
     np.testing.assert_allclose(got, multikrum_ref(x, w, 2, m or len(x) - 2), rtol=0, atol=1e-12)
+
+
+def test_distances_are_exactly_symmetric_so_a_mutually_nearest_pair_ties(monkeypatch):
+    """Seen on an AVX-512 machine: the blocked Gram matrix came out 1 ulp asymmetric, the pair nearest to each other
+    got two different Krum scores, and Bulyan selected other uploads than the paper's (its test failed)."""
+    from fedmpi.aggregation.krum import squared_distances
+
+    monkeypatch.setattr(columns, "BLOCK", 7)
+    rows = torch.from_numpy(uploads_with_outliers(7, 1))          # asymmetric there without the fix
+    d = squared_distances(rows)
+    assert torch.equal(d, d.t())
+    pair = krum_scores(d, f=7 - 3)                  # n − f − 2 = 1: each score is its nearest distance
+    nearest = d.fill_diagonal_(float("inf")).argmin(dim=1)
+    mutual = [i for i in range(7) if nearest[nearest[i]] == i]
+    assert mutual and all(pair[i] == pair[nearest[i]] for i in mutual)
 
 
 @pytest.mark.parametrize("x", [uploads_with_outliers(7, 1), uploads_with_outliers(11, 2, seed=5),
