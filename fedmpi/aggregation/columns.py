@@ -30,7 +30,8 @@ def median_of_sorted(s: torch.Tensor) -> torch.Tensor:
 
 def centred_products(rows: torch.Tensor, vector: torch.Tensor | None = None):
     """In float64, a block of columns at a time, with m the mean of the rows: the [P, P] Gram matrix of the rows
-    minus m (the centring keeps near-equal models from cancelling) and, with `vector` [D], the [P] products
+    minus m (the centring keeps near-equal models from cancelling), exactly symmetric (a BLAS may round x_i·x_j and
+    x_j·x_i apart, which made ties between uploads depend on the machine), and, with `vector` [D], the [P] products
     (rows − m)(vector − m) and ‖vector − m‖²."""
     P, D = rows.shape
     gram = torch.zeros(P, P, dtype=torch.float64, device=rows.device)
@@ -45,4 +46,4 @@ def centred_products(rows: torch.Tensor, vector: torch.Tensor | None = None):
             x = vector[a:a + BLOCK].to(torch.float64) - mean
             products += block @ x
             norm += x @ x
-    return gram, products, norm
+    return (gram + gram.t()) / 2, products, norm

@@ -14,11 +14,9 @@ from fedmpi.aggregation.columns import centred_products
 
 def squared_distances(rows: torch.Tensor) -> torch.Tensor:
     """[P, P] squared Euclidean distances in float64, from the Gram matrix of the rows minus their mean (the
-    centring keeps near-equal models from cancelling), a block of columns at a time. Exactly symmetric: a BLAS may
-    round x_i·x_j and x_j·x_i apart, and Krum's score ties (a mutually nearest pair with n − f − 2 = 1) must stay
-    ties, broken by party index, not by the machine's rounding."""
+    centring keeps near-equal models from cancelling), a block of columns at a time. Exactly symmetric (the Gram
+    matrix is): Krum's score ties (a mutually nearest pair with n − f − 2 = 1) stay ties, broken by party index."""
     gram = centred_products(rows)[0]
-    gram = (gram + gram.t()) / 2
     sq = gram.diagonal()
     return (sq[:, None] + sq[None, :] - 2 * gram).clamp_(min=0).fill_diagonal_(0)
 

@@ -38,10 +38,10 @@ class Outcome:
             sets = log.val_sets
         bad = parties.index(labels["party"]) if labels.get("party") in parties else None
         # the mean over the held-out pair sets (silo), or the test set's accuracy (cross-device)
-        columns = [ev[f"{s}/accuracy"] for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
+        self.sets = [s for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
+        columns = [ev[f"{s}/accuracy"] for s in self.sets]
         final = [c[-1] for c in columns]
         self.accuracy = 100 * float(np.mean(final)) if final else math.nan
-        self.sets = [s for s in sets if len(ev.get(f"{s}/accuracy", ()))]
         lost = np.flatnonzero(np.isnan(np.array(columns)).any(axis=0)) if columns else []
         self.diverged_round = int(ev["round"][lost[0]]) + 1 if len(lost) else None
         self.fv_w = fv["w"][:, bad] if fv and bad is not None else np.zeros(0)
