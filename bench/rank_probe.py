@@ -20,7 +20,8 @@ import threading
 import time
 
 SAMPLE_S = 0.25
-HEAVY = ("torch", "torchvision", "torch._dynamo", "sympy", "h5py", "matplotlib", "PIL.Image", "mpi4py.MPI")
+HEAVY = ("torch", "torchvision", "torch._dynamo", "torch._inductor", "sympy", "h5py", "matplotlib", "PIL.Image",
+         "mpi4py.MPI", "dp_accounting", "scipy")
 
 
 class ImportClock:

@@ -113,8 +113,11 @@ class SlurmCluster:
                 fields[key] = value
         return fields
 
-    def wait_for_state(self, job_id: str, states: set[str], timeout: float) -> dict[str, str]:
-        """Poll until the job is in one of `states`; raise TimeoutError (with the last record) past `timeout`."""
+    def wait_for_state(self, job_id: str, states: set[str], timeout: float,
+                       output: Path | None = None) -> dict[str, str]:
+        """Poll until the job is in one of `states`. Past `timeout`: cancel the job (so that it does not load the
+        tests after it) and raise TimeoutError with its last record, the machine's load, the tail of the job's
+        `output` file and the Slurm logs."""
         deadline = time.monotonic() + timeout
         fields: dict[str, str] = {}
         while time.monotonic() < deadline:
@@ -122,8 +125,15 @@ class SlurmCluster:
             if fields.get("JobState") in states:
                 return fields
             time.sleep(0.5)
-        raise TimeoutError(f"job {job_id} not in {sorted(states)} after {timeout:.0f} s; last: "
-                           f"{fields.get('JobState')} {fields.get('Reason')}\n{self.logs_tail()}")
+        self.run(["scancel", str(job_id)], check=False, timeout=15)
+        printed = ""
+        if output is not None:
+            lines = output.read_text(errors="replace").splitlines() if output.exists() else ["(no output file)"]
+            printed = f"--- {output.name} (last 40 lines)\n" + "\n".join(lines[-40:]) + "\n"
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        raise TimeoutError(f"job {job_id} not in {sorted(states)} after {timeout:.0f} s (cancelled); last: "
+                           f"{fields.get('JobState')} {fields.get('Reason')}; load average {load}\n"
+                           f"{printed}{self.logs_tail()}")
 
     def cancel_all(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Cancel every job of this cluster and wait (bounded) until none is left."""

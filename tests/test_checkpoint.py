@@ -99,6 +99,18 @@ def test_optimizer_state_resumes_the_same_steps(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_deterministic_kernels_sets_torchs_flag():
+    from fedmpi.store.rng import deterministic_kernels
+
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(False)
+        deterministic_kernels(torch)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
 def test_copy_into_names_a_shape_mismatch():
     with pytest.raises(ck.ResumeError, match=r"algorithm/global_momentum is torch.float32 \[3\], this run has "
                                              r"torch.float32 \[4\]"):
@@ -195,6 +207,20 @@ def test_the_uninterrupted_run_checkpoints_every_3_rounds(reference):
     assert a0["classifier"]["weight"].shape[0] + a1["classifier"]["weight"].shape[0] == 8  # two shards
     final = torch.load(reference.base / "final.pt", weights_only=True)["theta"]
     assert torch.equal(final, ck.read_part(reference.ckpt / "round_000006" / "server.h5")["theta"])
+
+
+def test_deterministic_ranks_load_neither_torch_dynamo_nor_dp_accounting(reference):
+    """run.deterministic sets torch's kernel flag without torch.use_deterministic_algorithms' import of
+    torch._inductor (torch._dynamo: 1.4 s of CPU per rank), and a server without fed.dp leaves dp_accounting
+    (scipy, absl: 1.3 s) unloaded."""
+    import json
+
+    records = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (reference.base / "probe").glob("*.json")}
+    assert sorted(records) == [0, 1, 2, 3]
+    for rank, record in records.items():
+        assert "torch" in record["loaded"] and "h5py" in record["loaded"], record["loaded"]
+        assert not {"torch._dynamo", "torch._inductor", "sympy", "dp_accounting", "scipy"} & set(record["loaded"]), \
+            (rank, record["loaded"])
 
 
 def test_stopped_by_sigterm_on_one_rank_after_round_3_and_resumed_equals_the_uninterrupted_run(reference,

@@ -379,7 +379,8 @@ def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its
     wait_for_round(out, 2)
     assert slurm.job_fields(job)["NodeList"] == "n[1-3]"
     slurm.run(["scancel", "--batch", "--signal=USR1", job])
-    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
+    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S,
+                                  output=out)
     FIGURES["slurm_3party_preempted_s"] = time.monotonic() - t0
     text = out.read_text()
     assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), text
@@ -440,7 +441,8 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
                                   lines[0]), text
     if fields["JobState"] not in ("PENDING", "REQUEUED"):      # the job ended: resume by hand elsewhere
         job = submit_3party(slurm, ws, out, "--resume", "auto", name=name, sbatch="--exclude=n2")
-    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S)
+    fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, RUN_TIMEOUT_S,
+                                  output=out)
     assert fields["JobState"] == "COMPLETED", out.read_text()
     from fedmpi.store.h5log import LogReader
 
@@ -469,7 +471,8 @@ def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement_under_m
                                "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}", "FEDMPI_LAUNCHER": "mpirun",
                                "FEDMPI_MPIRUN": mpirun_binary(), "OMPI_ALLOW_RUN_AS_ROOT": "1",
                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-    fields = slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600)
+    fields = slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600,
+                                  output=out)
     FIGURES["slurm_12party_s"] = time.monotonic() - t0
     text = out.read_text()
     assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "n[1-4]"), text

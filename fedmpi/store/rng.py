@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 
@@ -30,6 +31,18 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def deterministic_kernels(torch) -> None:
+    """torch.use_deterministic_algorithms(True) without its import of torch._inductor.config, which pulls in
+    torch._dynamo (1.4 s of CPU and ~150 MB per rank on torch 2.14) to set a flag that only torch.compile reads;
+    fedmpi compiles nothing. Where inductor is loaded already, or torch lacks the kernel-flag setter, the public
+    call."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+    else:
+        setter(True)
+
+
 def configure_determinism(cfg) -> None:
     """run.deterministic: deterministic kernels and fixed seeds (with data.workers=0 a CPU run is bitwise
     reproducible, and so is a run stopped and resumed)."""
@@ -38,7 +51,7 @@ def configure_determinism(cfg) -> None:
     import torch
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    deterministic_kernels(torch)
     torch.backends.cudnn.benchmark = False
     random.seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)

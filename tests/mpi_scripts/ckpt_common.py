@@ -61,8 +61,11 @@ class Run:
         return ["-m", "fedmpi.run", "--config", str(self.config), f"log.dir={self.base / 'runs'}",
                 f"log.name={self.name}", f"data.root={self.base / 'data'}", *extra]
 
-    def launch(self, *extra: str, n: int = WORLD, timeout: float = 240) -> subprocess.CompletedProcess:
-        return mpirun(n, self.args(*extra), timeout=timeout)
+    def launch(self, *extra: str, n: int = WORLD, timeout: float = 240,
+               probe: Path | None = None) -> subprocess.CompletedProcess:
+        """The run under mpirun; with `probe`, every rank through bench/rank_probe.py (its record in probe/)."""
+        wrapper = [str(ROOT / "bench" / "rank_probe.py"), str(probe)] if probe else []
+        return mpirun(n, [*wrapper, *self.args(*extra)], timeout=timeout)
 
     def launch_signalled(self, rank: int, round_: int, signal: str, *extra: str, stamp: Path | None = None,
                          timeout: float = 240, cont_after: float = 120) -> subprocess.CompletedProcess:
@@ -93,10 +96,10 @@ _REFERENCE: dict = {}
 
 def reference_run(tmp_path_factory) -> Run:
     """The uninterrupted 6-round run (made once per session): checkpoints after rounds 3 and 6, the final Θ
-    saved by the server with run.save_final."""
+    saved by the server with run.save_final; what each rank loaded recorded in base/probe/rank-R.json."""
     if "run" not in _REFERENCE:
         run = new_run(tmp_path_factory.mktemp("ckpt-reference"), "reference")
-        result = run.launch(f"run.save_final={run.base / 'final.pt'}")
+        result = run.launch(f"run.save_final={run.base / 'final.pt'}", probe=run.base / "probe")
         assert result.returncode == 0, result.stdout + result.stderr
         _REFERENCE["run"] = run
     return _REFERENCE["run"]
