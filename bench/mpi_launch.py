@@ -3,12 +3,12 @@ comes: each stdout line with the wall-clock time it arrived, and optionally ever
 bench/rank_probe.py (start-up cost, memory, CPU samples per rank)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.rank_probe import read_records
 from jobs.mpirun import mpi_env, mpirun_binary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,12 +47,7 @@ def run_fedmpi(repo: Path, ranks: int, overrides: list[str], probe_dir: Path | N
     _, err = proc.communicate(timeout=timeout)
     if proc.returncode:
         raise SystemExit(f"run in {repo} failed (exit status {proc.returncode}):\n{err[-2000:]}")
-    probes = {}
-    if probe_dir is not None:
-        for path in probe_dir.glob("rank-*.json"):
-            record = json.loads(path.read_text())
-            probes[record["rank"]] = record
-    return Launch(started, lines, probes)
+    return Launch(started, lines, read_records(probe_dir) if probe_dir is not None else {})
 
 
 def cpu_share(record: dict, start: float, end: float) -> float:

@@ -18,6 +18,7 @@ import runpy
 import sys
 import threading
 import time
+from pathlib import Path
 
 SAMPLE_S = 0.25
 HEAVY = ("torch", "torchvision", "torch._dynamo", "torch._inductor", "sympy", "h5py", "matplotlib", "PIL.Image",
@@ -73,6 +74,15 @@ def pin(cpu_sets: str) -> None:
     """Pin this process (and the threads it starts later) to its rank's CPUs in RANK_PROBE_CPUS."""
     sets = cpu_sets.split(";")
     os.sched_setaffinity(0, {int(c) for c in sets[this_rank() % len(sets)].split(",")})
+
+
+def read_records(folder) -> dict[int, dict]:
+    """What the ranks of a probed launch wrote in `folder` (OUT above), by rank."""
+    records = {}
+    for path in Path(folder).glob("rank-*.json"):
+        record = json.loads(path.read_text())
+        records[record["rank"]] = record
+    return records
 
 
 def main() -> None:

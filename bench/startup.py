@@ -133,13 +133,13 @@ def main() -> int:
           f"{sys.executable}, {os.cpu_count()} cores")
     for ranks in args.ranks:
         for label, repo in repos.items():
-            launch(repo, ranks, args.out, f"warm-{label}-{ranks}-{stamp}", overrides=extra)  # writes the data
+            launch(repo, ranks, args.out, f"warm-{label}-{ranks}-{stamp}", None, extra)  # writes the data
         times: dict[str, list[float]] = {label: [] for label in repos}
         loads = []
         for k in range(args.repeats):
             for label, repo in repos.items():
                 loads.append(os.getloadavg()[0])
-                times[label].append(launch(repo, ranks, args.out, f"{label}-{ranks}-{k}-{stamp}", overrides=extra)[0])
+                times[label].append(launch(repo, ranks, args.out, f"{label}-{ranks}-{k}-{stamp}", None, extra)[0])
         print(f"  {ranks} ranks ({args.repeats} runs each, 1-min load {min(loads):.2f}..{max(loads):.2f}):")
         for label, t in times.items():
             print(f"    {label:<6} median {np.median(t):6.1f} s  (min {min(t):.1f}, max {max(t):.1f})  "

@@ -105,7 +105,7 @@ def test_deterministic_kernels_sets_torchs_flag():
     was = torch.are_deterministic_algorithms_enabled()
     try:
         torch.use_deterministic_algorithms(False)
-        deterministic_kernels(torch)
+        deterministic_kernels()
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(was)
@@ -213,9 +213,9 @@ def test_deterministic_ranks_load_neither_torch_dynamo_nor_dp_accounting(referen
     """run.deterministic sets torch's kernel flag without torch.use_deterministic_algorithms' import of
     torch._inductor (torch._dynamo: 1.4 s of CPU per rank), and a server without fed.dp leaves dp_accounting
     (scipy, absl: 1.3 s) unloaded."""
-    import json
+    from bench.rank_probe import read_records
 
-    records = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (reference.base / "probe").glob("*.json")}
+    records = read_records(reference.base / "probe")
     assert sorted(records) == [0, 1, 2, 3]
     for rank, record in records.items():
         assert "torch" in record["loaded"] and "h5py" in record["loaded"], record["loaded"]

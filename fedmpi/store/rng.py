@@ -31,11 +31,13 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def deterministic_kernels(torch) -> None:
+def deterministic_kernels() -> None:
     """torch.use_deterministic_algorithms(True) without its import of torch._inductor.config, which pulls in
     torch._dynamo (1.4 s of CPU and ~150 MB per rank on torch 2.14) to set a flag that only torch.compile reads;
     fedmpi compiles nothing. Where inductor is loaded already, or torch lacks the kernel-flag setter, the public
     call."""
+    import torch
+
     setter = getattr(torch._C, "_set_deterministic_algorithms", None)
     if setter is None or "torch._inductor" in sys.modules:
         torch.use_deterministic_algorithms(True)
@@ -51,7 +53,7 @@ def configure_determinism(cfg) -> None:
     import torch
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    deterministic_kernels(torch)
+    deterministic_kernels()
     torch.backends.cudnn.benchmark = False
     random.seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from bench.mpi_launch import PROBE
 from jobs.mpirun import ROOT, mpi_env, mpirun, mpirun_binary
 
 WORLD = 4
@@ -64,7 +65,7 @@ class Run:
     def launch(self, *extra: str, n: int = WORLD, timeout: float = 240,
                probe: Path | None = None) -> subprocess.CompletedProcess:
         """The run under mpirun; with `probe`, every rank through bench/rank_probe.py (its record in probe/)."""
-        wrapper = [str(ROOT / "bench" / "rank_probe.py"), str(probe)] if probe else []
+        wrapper = [str(PROBE), str(probe)] if probe else []
         return mpirun(n, [*wrapper, *self.args(*extra)], timeout=timeout)
 
     def launch_signalled(self, rank: int, round_: int, signal: str, *extra: str, stamp: Path | None = None,
