@@ -94,6 +94,19 @@ def test_the_live_mirror_and_the_converter_write_what_the_log_holds(tmp_path):
     assert_same(read_events(tmp_path / "run"), expected)
 
 
+def test_each_row_is_in_the_event_file_before_the_run_ends(tmp_path):
+    """TensorBoard shows a run as it goes: the mirror flushes every row (the log stays open here)."""
+    log = RunLog(tmp_path / "log.h5", config_yaml="{}", algorithm="fedavg", run_name="t", parties=["a"])
+    log.mirror = EventWriter(tmp_path, ["a"])
+    try:
+        log.append("rounds", round=0, step=5, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=10.0,
+                   bytes_moved=0, bytes_up=0, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[2.5],
+                   party_images_per_s=[10.0])
+        assert read_events(tmp_path)["rounds/loss/a"] == [(1, 2.5)]
+    finally:
+        log.close()
+
+
 def test_the_converter_refuses_what_is_not_a_log(tmp_path, capsys):
     (tmp_path / "log.h5").write_text("not hdf5")
     assert converter.cli(converter.main, [str(tmp_path)]) == 2
