@@ -16,7 +16,6 @@ import re
 import shlex
 import shutil
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +92,9 @@ def _split_on(words: list[str], separators) -> list[list[str]]:
 
 def console_scripts() -> dict[str, str]:
     """fedmpi-* command -> the module it runs (pyproject.toml)."""
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    return {name: target.split(":")[0] for name, target in scripts.items()}
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]   # tomllib is Python 3.11+
+    return dict(re.findall(r'^([\w-]+)\s*=\s*"([\w.]+):\w+"', section, flags=re.M))
 
 
 def make_targets() -> set[str]:
