@@ -136,6 +136,26 @@ def centralized(rounds, lrs, weights, momentum=BETA, classifier_momentum=BETA):
     return flat(backbone)
 
 
+def recording(rule_class):
+    """A subclass of the rule that keeps a reference to every trainer state and server state it creates
+    (`.trainers`, `.servers`), for tests of what a rule keeps."""
+
+    class Recording(rule_class):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.trainers, self.servers = [], []
+
+        def init_trainer_state(self, params):
+            self.trainers.append(super().init_trainer_state(params))
+            return self.trainers[-1]
+
+        def init_server_state(self, theta, down=None):
+            self.servers.append(super().init_server_state(theta, down))
+            return self.servers[-1]
+
+    return Recording
+
+
 def batch_weights():
     _, _, sizes, _ = make_problem()
     total = sum(sizes)

@@ -4,25 +4,12 @@ the parties' (with uniform w, the paper's mean), in the plain-function driver an
 import pytest
 import torch
 
-from algorithm_harness import LRS, checkpoint_parts, declare_rule, federated, float64  # noqa: F401
+from algorithm_harness import LRS, checkpoint_parts, declare_rule, federated, float64, recording  # noqa: F401
 from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.scaffold import Scaffold
 
 
-class Recording(Scaffold):
-    """SCAFFOLD that keeps a reference to every trainer state and the server state it creates."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.trainers, self.servers = [], []
-
-    def init_trainer_state(self, params):
-        self.trainers.append(super().init_trainer_state(params))
-        return self.trainers[-1]
-
-    def init_server_state(self, theta, down=None):
-        self.servers.append(super().init_server_state(theta, down))
-        return self.servers[-1]
+Recording = recording(Scaffold)
 
 
 @pytest.mark.usefixtures("float64")

@@ -18,6 +18,7 @@ RULES = {
     "fedyogi": "fedmpi.algorithms.fedyogi:FedYogi",
     "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
     "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
+    "feddyn": "fedmpi.algorithms.feddyn:FedDyn",
 }
 
 # The rules each reproduced paper compares, its baseline first: FedFace (FedAvg, PFM; FedFace = PFM + FV) and

@@ -6,6 +6,7 @@ fed.options) are in fed.py, the cross-device clients in clients.py."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from dataclasses import dataclass, field
 
@@ -233,8 +234,15 @@ class LogConfig:
     dir: str = "runs"
     name: str = ""                   # run folder under dir; empty: <method key>-<timestamp> (pfm-..., centralized-...)
     influence: bool = False          # log each party's effective weight in every round's combination (`influence`)
+    tensorboard: bool | None = None  # TensorBoard event files beside log.h5 as the run goes; empty: on when the
+                                     # tensorboard package is installed (fedmpi/store/tensorboard.py)
 
     def validate(self, cfg: "Config", fail) -> None:
+        installed = importlib.util.find_spec("tensorboard") is not None   # looked up, not imported
+        if self.tensorboard is None:
+            self.tensorboard = installed
+        elif self.tensorboard and not installed:
+            fail("log.tensorboard", "the tensorboard package is not installed (pip install tensorboard)")
         if self.influence and cfg.cross_device:
             fail("log.influence", "needs every upload; the cross-device clients' uploads are summed on the "
                                   "trainer ranks")

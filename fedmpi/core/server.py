@@ -58,6 +58,9 @@ class Server:
                           parties=self.parties, data=setting.data_description, resume_round=resume_round,
                           config_changes=config_changes, placement=[p.as_dict() for p in comm.nodes.places()],
                           **schema)
+        if cfg.log.tensorboard:   # the writer's import on this rank only (fedmpi/store/tensorboard.py)
+            from fedmpi.store.tensorboard import EventWriter
+            self.log.mirror = EventWriter(run_dir, self.parties)
         self.side = setting.side_work(self)
         self.exchange = setting.exchange(self)
         self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat, self.state.variances)

@@ -57,6 +57,7 @@ class RunLog:
                  placement: list[dict] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.mirror = None   # given every row after it is written (`.row(table, index, row)`, `.close()`)
         if resume_round is not None and self.path.exists():
             self.f = h5py.File(self.path, "r+", libver="latest")
             self._truncate(resume_round)
@@ -152,12 +153,17 @@ class RunLog:
             ds[n] = row[name]
         for name in names:
             g[name].flush()
+        if self.mirror is not None:
+            self.mirror.row(table, n, row)
 
     def close(self) -> None:
         if self.f:
             self._publish()
             self.f.close()
             self.f = None
+        if self.mirror is not None:
+            self.mirror.close()
+            self.mirror = None
 
 
 def starting_name(path: Path) -> Path:
