@@ -16,54 +16,102 @@ def shared_runs(tmp_path_factory):
 
 
 # `make test` runs the suite on 3 pytest-xdist workers with --dist loadgroup. A worker builds its own session and
-# module fixtures, so tests that share one are kept on one worker: a module is a group of its own, every module that
-# reads the shared launch is one group (one launch per session), and every module that uses the local Slurm
-# cluster is one group (one cluster per node: slurmctld's ports and state folder are fixed).
+# module fixtures, so tests that share one are kept on one worker: the tests of a module that share one of its
+# module-scoped fixtures form one group, every module that reads the shared launch is one group (one launch per
+# session), every module that uses the local Slurm cluster is one group (one cluster per node: slurmctld's ports and
+# state folder are fixed), and every other test is a group of its own, so that independent launches run side by side.
 SHARED_GROUPS = {"shared_runs": "shared-runs", "slurm_cluster": "slurm-cluster"}
+# Modules kept whole: the multi-node bed's tests make network namespaces, bridges and addresses of fixed names.
+WHOLE_MODULES = ("tests/test_multinode.py",)
+
+
+def module_fixtures(item) -> set[str]:
+    """The fixtures of wider than function scope, defined in the test's own module, that the test uses."""
+    module = item.nodeid.split("::")[0]
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    return {name for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
+
+
+def group_names(tests: list[tuple[str, set[str], set[str]]]) -> dict[str, str]:
+    """{node id: group} for tests given as (node id, fixture names used, own-module fixtures used): the shared
+    groups by module, the modules kept whole, then the tests of a module linked by a module fixture (transitively),
+    then each alone."""
+    shared = {}
+    for nodeid, fixtures, _ in tests:
+        for fixture, group in SHARED_GROUPS.items():
+            if fixture in fixtures:
+                shared[nodeid.split("::")[0]] = group
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    for nodeid, _, own in tests:
+        module = nodeid.split("::")[0]
+        keys = [root((module, name)) for name in sorted(own)]
+        for key in keys[1:]:
+            parent[key] = keys[0]
+    members: dict[tuple[str, str], set[str]] = {}
+    for key in list(parent):
+        members.setdefault(root(key), set()).add(key[1])
+    names = {}
+    for nodeid, _, own in tests:
+        module = nodeid.split("::")[0]
+        if module in shared:
+            names[nodeid] = shared[module]
+        elif module in WHOLE_MODULES:
+            names[nodeid] = module
+        elif own:
+            names[nodeid] = f"{module}::" + "+".join(sorted(members[root((module, min(own)))]))
+        else:
+            names[nodeid] = nodeid
+    return names
 
 
 # tryfirst: xdist's worker turns the marks into the `@group` suffix its scheduler reads in its own
-# pytest_collection_modifyitems; run after it, these marks came too late and every test was its own unit (shared
-# fixtures were built on both workers, module fixtures again whenever a module's tests were split up).
+# pytest_collection_modifyitems; run after it, these marks come too late and every test is its own unit (shared
+# fixtures would be built on several workers).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    group_of_module: dict[str, str] = {}
+    group = group_names([(item.nodeid, set(getattr(item, "fixturenames", ())), module_fixtures(item))
+                         for item in items])
     for item in items:
-        module = item.nodeid.split("::")[0]
-        for fixture, group in SHARED_GROUPS.items():
-            if fixture in getattr(item, "fixturenames", ()):
-                group_of_module[module] = group
-    group = {}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        group[item.nodeid] = group_of_module.get(module, module)
         item.add_marker(pytest.mark.xdist_group(group[item.nodeid]))
     items.sort(key=lambda item: start_order(group[item.nodeid]))   # stable: a group's tests keep their order
 
 
 # A worker takes the next group from one queue in collection order (the Makefile turns off xdist's own order, by the
 # number of tests in a group): the groups that take longest start first, so that the suite does not end with one
-# worker still in a long group while the others idle. Worker-seconds per group from `make test
-# PYTEST_ARGS=--durations=0` on 2 cores, 3 workers (before refused launches stopped importing torch, which shortened
-# test_failures and the Slurm groups most); every other group comes after these, in collection order.
+# worker still in a long group while the others idle. An entry names a group or the start of its name (a test's
+# node id); worker-seconds from `make test PYTEST_ARGS=--durations=0` on 2 cores, 3 workers; every other group comes
+# after these, in collection order.
 LONGEST_FIRST = (
-    "tests/test_multinode.py",          # 360: one bed, 10 launches across nodes (Slurm and mpirun)
-    "tests/test_failures.py",           # 582: ~30 launches, most refused on purpose
-    "tests/test_crossdevice_mpi.py",    # 286: two tests
-    "slurm-cluster",                    # 289
-    "shared-runs",                      # 271
-    "tests/test_checkpoint.py",         # 221
-    "tests/test_fv_run.py",             # 177
-    "tests/test_run_e2e.py",            # 124
-    "tests/test_reproduce.py",          # 116
-    "tests/test_protocols_e2e.py",      # 81
-    "tests/test_crossdevice_robust.py",  # 67
-    "tests/test_bad_records.py",        # 63
+    "tests/test_failures.py::reference+victim",                          # 313: ~30 launches, most refused on purpose
+    "tests/test_crossdevice_mpi.py::test_hsu_config_shrunk",             # 297: two 10-round runs
+    "tests/test_fv_run.py::data_root+with_fv+without_fv",                # 277: two FV launches
+    "shared-runs",                                                       # 240
+    "slurm-cluster",                                                     # ~290
+    "tests/test_multinode.py",                                           # 158: one bed, launches across nodes
+    "tests/test_checkpoint.py::reference",                               # 150
+    "tests/test_protocols_e2e.py::trained_run",                          # 142
+    "tests/test_crossdevice_mpi.py::test_reduction_equals",              # 138
+    "tests/test_reproduce.py::tiny",                                      # 126
+    "tests/test_run_e2e.py::test_demo_layout",                           # 109
+    "tests/test_run_e2e.py::test_17_rank",                               # 67
 )
 
 
 def start_order(group: str) -> int:
-    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+    for index, entry in enumerate(LONGEST_FIRST):
+        if group == entry or group.startswith(entry):
+            return index
+    return len(LONGEST_FIRST)
+
 
 
 def pytest_configure(config):
