@@ -1,11 +1,11 @@
-"""Benchmark (issue 15): the server's aggregation Θ = Σ_i w_i θ_i (eq. 4) in GB/s against memcpy.
+"""Benchmark: the server's aggregation Θ = Σ_i w_i θ_i (eq. 4) in GB/s against memcpy.
 
     python -m bench.aggregate [--parties 3 12] [--backbones ir18 ir50] [--repeats 20] [--threads 1]
 
 Backbone sizes are the flat states of IResNet-18/50 at 112x112, embedding 512 (float32). Bandwidth is the
 bytes of the P inputs (P·D·4) over the time; memcpy copies a P·D float32 buffer. Each variant runs on data
 laid out as the server holds it after a gather:
-  before      the code path up to issue 15: `weighted_average` into a freshly zeroed buffer (P axpy passes),
+  before      the earlier code path: `weighted_average` into a freshly zeroed buffer (P axpy passes),
               then the server's two full copies (`new[:n] = server_update(...)`, `theta.copy_(new)`)
   before+FV   the same, plus FV's per-round `torch.stack` of the θ_i into its [P, D] snapshot
   after       fedmpi.aggregation.party_rows.PartyRows: the gather's [P, D] rows kept across rounds,
@@ -43,7 +43,7 @@ def best_seconds(fn, repeats: int) -> float:
 
 
 def weighted_average(thetas: list[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
-    """roles/exchange.weighted_average as it was before issue 15 (the reference)."""
+    """roles/exchange.weighted_average as it was earlier (the reference)."""
     out = torch.zeros_like(thetas[0])
     for theta, wi in zip(thetas, w.tolist()):
         out.add_(theta, alpha=wi)

@@ -1,4 +1,4 @@
-"""Benchmark (issue 11), not a test. Two figures:
+"""Benchmark, not a test. Two figures:
 
 1. Throughput (images/s) of one trainer rank's virtual clients (fedmpi.crossdevice.local_training.LocalTrainer,
    what a trainer rank runs each round) against a plain single-process PyTorch loop training the same clients

@@ -1,4 +1,4 @@
-"""Benchmark: what glibc's malloc settings cost one CPU trainer step (issue 23). For each setting a fresh process
+"""Benchmark: what glibc's malloc settings cost one CPU trainer step. For each setting a fresh process
 (glibc reads its tunables at start) builds the model, runs STEPS forward + backward steps of IR-18 at 112 px, batch
 8, one thread, and prints: the anonymous memory the steps add over the model at their peak, the minor page faults
 per step and the median step's CPU time (user + system).

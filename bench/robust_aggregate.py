@@ -1,4 +1,4 @@
-"""Benchmark (issue 25): the server's aggregation time per round for P uploads of IResNet-18 size (D = 24.0 M
+"""Benchmark: the server's aggregation time per round for P uploads of IResNet-18 size (D = 24.0 M
 float32 values, the flat state at 112x112, embedding 512) with each rule of fedmpi/aggregation/registry.py and
 with DP-FedAvg's Gaussian mechanism, against today's weighted mean (the one mat-vec).
 

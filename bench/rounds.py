@@ -1,4 +1,4 @@
-"""Benchmark (issue 2): wall time per round of a rule (default: the registry's default, PFM) against the
+"""Benchmark: wall time per round of a rule (default: the registry's default, PFM) against the
 centralized baseline (the baseline rule in one party) for the same number of steps on the same ranks (CPU,
 gloo), and the backbone bytes moved per round against the minimum (|T| + 1 backbones). Launches
 `python -m fedmpi.run` under mpirun and reads the run logs.

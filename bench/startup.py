@@ -1,4 +1,4 @@
-"""Benchmark (issue 15): time from `mpirun` to the end of round 1, and what each rank spends starting up.
+"""Benchmark: time from `mpirun` to the end of round 1, and what each rank spends starting up.
 
     python -m bench.startup [--ranks 5 17] [--repeats 3] [--baseline DIR] [--out /tmp/bench_startup] [key=value ...]
     python -m bench.startup --imports-only [--pythons .venv/bin/python /other/venv/bin/python]

@@ -1,7 +1,6 @@
 """A bad party against FedAvg, FedFace (PFM + FV) and the robust rules, and the privacy-utility curve of
 DP-FedAvg, as one study of runs at a named scale: what `python -m jobs.reproduce badparty --scale SCALE` runs
-(issue 24 part 2: does Federated Validation move weight away from a bad party; issue 25: robust and private
-aggregation at CPU scale).
+(does Federated Validation move weight away from a bad party; robust and private aggregation at CPU scale).
 
 The silo runs reuse the FedFace study's shrink of the paper's settings (jobs/fedface_study.py: model, data,
 party sizes, 1 rank per party) in the 3-party layout (setting a) and the 12-party one (setting f); one party
@@ -188,7 +187,7 @@ def study(scale: BadPartyScale) -> list[RunSpec]:
 
 def _priority(run: RunSpec) -> tuple:
     """The order runs go in, so that a study cut short has its most telling runs: 3 parties with FedAvg and
-    FedFace seed by seed (issue 24), the robust rules, the privacy-utility curve, 12 parties without FedFace (the
+    FedFace seed by seed, the robust rules, the privacy-utility curve, 12 parties without FedFace (the
     flipped update first: a shuffled party among 12 moves FedAvg little), then FedFace among 12 parties (its FV
     costs most)."""
     labels = run.labels

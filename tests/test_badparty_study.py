@@ -1,4 +1,4 @@
-"""`python -m jobs.reproduce badparty` (issues 24 and 25): the study's plan at CPU scale (which runs, with which
+"""`python -m jobs.reproduce badparty`: the study's plan at CPU scale (which runs, with which
 bad party, FV schedule, seeds and DP settings) and the per-run lock of the local runner."""
 from __future__ import annotations
 

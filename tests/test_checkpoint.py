@@ -471,7 +471,7 @@ def test_a_resume_on_another_client_partition_is_refused_unless_allowed(tmp_path
 
 
 def old_layout(tree: dict) -> dict:
-    """A server part as fedmpi wrote it before issue 22: the side work's state and the exchange's (the
+    """A server part in the earlier layout: the side work's state and the exchange's (the
     cross-device sampler) both under "validation", w always present."""
     old = {key: value for key, value in tree.items() if key not in ("side_work", "exchange", "_attrs")}
     exchange = tree["exchange"]
@@ -479,7 +479,7 @@ def old_layout(tree: dict) -> dict:
     return old
 
 
-def test_a_checkpoint_in_the_layout_before_issue_22_resumes_the_same(reference, tmp_path):
+def test_a_checkpoint_in_the_earlier_layout_resumes_the_same(reference, tmp_path):
     from fedmpi.core.server import upgrade_server_part
 
     run = copy_run(reference, tmp_path, "old-layout", drop_after=3)

@@ -1,4 +1,4 @@
-"""Federated Validation and evaluation in the running system (issue 4), through `python -m fedmpi.run` under
+"""Federated Validation and evaluation in the running system, through `python -m fedmpi.run` under
 mpirun with real process groups (gloo):
 
 - one party's labels are shuffled (useless data): with FV its weight ends clearly below uniform; without FV

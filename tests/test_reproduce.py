@@ -1,4 +1,4 @@
-"""`python -m jobs.reproduce fedface` (issue 14): the study's plan at CPU scale, and the whole command at its tiny
+"""`python -m jobs.reproduce fedface`: the study's plan at CPU scale, and the whole command at its tiny
 scale (3 runs of 4 ranks under mpirun: centralized, FedFace, FedFace with one party's labels shuffled), whose
 results file must hold every table with the numbers of the HDF5 logs it was made from."""
 from __future__ import annotations

@@ -238,7 +238,7 @@ def _weight_claims(fig6_runs, bad_runs) -> list[list]:
         party = next(p["name"] for p in run.cfg("parties") if p.get("data", {}).get("shuffle_labels"))
         w_bad = float(weight_trace(run)[1][-1][run.parties.index(party)])
         w_clean = float(weight_trace(clean[0])[1][-1][clean[0].parties.index(party)]) if clean else math.nan
-        rows.append(["FV moves weight away from a harmful party (issue 14)", run.label,
+        rows.append(["FV moves weight away from a harmful party", run.label,
                      f"final w_{party} {w_bad:.3f} (clean twin {w_clean:.3f}, uniform {1 / len(run.parties):.3f})",
                      "yes" if w_bad < 1 / len(run.parties) and not w_bad >= w_clean else "no"])
     return rows

@@ -136,7 +136,7 @@ class Server:
         return {SERVER_PART: tree}
 
     def load_checkpoint(self, folder) -> int:
-        """Take the state of a checkpoint written by `checkpoint_parts` (or by the layout before issue 22, whose
+        """Take the state of a checkpoint written by `checkpoint_parts` (or in the earlier layout, whose
         "validation" entry held both the side work's and the exchange's state); returns the round to continue at."""
         saved = upgrade_server_part(read_part(folder / SERVER_PART))
         copy_into(self.theta, saved["theta"], "theta")
@@ -145,7 +145,7 @@ class Server:
             self.w = saved["w"].to(self.w)
         self.side.load_state_dict(saved["side_work"])
         self.exchange.load_state_dict(saved["exchange"])
-        if saved.get("aggregator"):          # none before issue 25, and none kept by a stateless aggregator
+        if saved.get("aggregator"):          # none in older checkpoints, and none kept by a stateless aggregator
             self.aggregator.load_state_dict(saved["aggregator"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
@@ -166,7 +166,7 @@ class Server:
 
 
 def upgrade_server_part(saved: dict) -> dict:
-    """A server part in today's layout. Before issue 22 everything beside Θ, the rule's state and w sat under
+    """A server part in today's layout. In the earlier layout everything beside Θ, the rule's state and w sat under
     "validation": FV's search state ("fv", "latest") and, in the cross-device runs, the exchange's ("sampler":
     the sampler's generator and the clients' states)."""
     if "validation" not in saved:

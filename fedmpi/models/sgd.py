@@ -2,7 +2,8 @@
 torch.optim.SGD (dampening 0, no Nesterov): the same foreach operations in the same order as its multi-tensor
 path (on CPU each foreach operation runs its single-tensor kernel, as torch's single-tensor path does), and the
 same state_dict, so checkpoints written with either load into the other. torch.optim is not used because its
-`_disable_dynamo` and `_use_grad` wrappers import torch._dynamo on first use: 1.3 s of CPU and 150 MB per rank.
+`_disable_dynamo` and `_use_grad` wrappers import torch._dynamo on first use, which every rank would pay for
+(docs/PERFORMANCE.md gives the cost).
 """
 from __future__ import annotations
 
