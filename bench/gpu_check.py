@@ -1,10 +1,11 @@
-"""The GPU path, checked in one command (issue 23): `make gpu-check` or `python -m bench.gpu_check`.
+"""The GPU path, checked in one command: `make gpu-check` or `python -m bench.gpu_check` (docs/GPU.md says what it
+can and cannot show on one GPU).
 
 Made for one GPU machine (one GPU, 16 cores) and at most 8 minutes (--budget-s, default 450: a check that would
-start after it is reported as not run, which fails). Prints each check's figures and PASS / FAIL / SKIP; exits
-non-zero when any check fails or was not run.
+start after it is reported as not run, which fails). Prints each check's figures and PASS / FAIL / SKIP, then a
+table (path, result, time); exits non-zero when any check fails or was not run.
 
-On the GPU (skipped, with one line saying why, where torch sees no CUDA device):
+On the GPU only (SKIP, with one line saying why, where torch sees no CUDA device):
   throughput-ir50, throughput-ir18
       the trainer's step (silo/trainer.py: bf16 autocast, the rule's backbone step, the classifier's momentum
       SGD) against a plain PyTorch loop of the same model, head and batch (torch.optim.SGD, autocast, backward),
@@ -14,18 +15,27 @@ On the GPU (skipped, with one line saying why, where torch sees no CUDA device):
       2 ranks on the one GPU (gloo for their group: NCCL refuses two ranks on one GPU) run the sharded ArcFace
       classifier on CUDA in fp32; its loss and gradients equal the full classifier's on CPU within fp32
       tolerance (bench/gpu_classifier.py)
-  resume-one-gpu
-      `mpirun -n 3 python -m fedmpi.run` (server + 2 one-rank parties, all on the one GPU, so every group is
-      gloo, said in the run's output), run.deterministic=true, bf16, FV with one iteration per round, 8 rounds:
-      sent SIGUSR1 after round 2 (it checkpoints at the next round boundary and exits 75) and continued with
-      `--resume auto`, it ends bitwise equal (final Θ, losses, FV weights) to the uninterrupted run
-On the machine's cores (CUDA hidden from the ranks):
-  startup   `python -m bench.startup --ranks 17 --repeats 1` (--small: 5 ranks, no probe)
-  fv-pin    `python -m bench.fv --pin` (FV overhead with the validators on cores of their own; --small: 4 rounds)
+The run's GPU paths, `mpirun ... python -m fedmpi.run` with every rank on the one GPU (so every group is gloo,
+said in the run's output), on CUDA tensors; where no GPU is, the same runs on the CPU, scaled down:
+  silo-dp-fp16-sharded
+      server + party a (2 ranks: fp16 with dynamic loss scaling, the sharded classifier over the two) + party b;
+      DP-FedAvg's Gaussian mean at the server; 2 DataLoader workers a rank (forkserver; none on CPU); 3 rounds
+      end with a finite Θ
+  crossdevice-scaffold-krum
+      server + 2 trainer ranks, SCAFFOLD (each client's state sent and returned point to point) with Krum
+      (every client's upload point to point into its row); 3 rounds (2 on CPU)
+  fv-dedicated-resume
+      server + 2 one-rank parties + 1 dedicated validator, run.deterministic=true, bf16, one FV iteration a
+      round, 8 rounds (4 on CPU): sent SIGUSR1 after round 2 (it checkpoints at the next round boundary and
+      exits 75) and continued with `--resume auto`, it ends bitwise equal (final Θ, losses, FV weights) to the
+      uninterrupted run; FV's candidates after the resume are built from the restored θ' and sent to the
+      validator
+On the machine's cores (CUDA hidden from the ranks), scaled down unless --full:
+  startup   `python -m bench.startup --ranks 5 --repeats 1 --no-probe` (--full: 17 ranks, probed)
+  fv-pin    `python -m bench.fv --pin --rounds 4` (FV overhead with the validators on cores of their own;
+            --full: its default rounds)
 
-    python -m bench.gpu_check [--small|--full] [--budget-s 450] [--only NAME ...] [--out /tmp/gpu_check]
-
---small (the default with fewer than 8 cores) scales the CPU benchmarks down to fit a 2-core machine.
+    python -m bench.gpu_check [--full] [--budget-s 450] [--only NAME ...] [--out /tmp/gpu_check]
 """
 from __future__ import annotations
 
@@ -59,7 +69,7 @@ class Outcome:
 @dataclass
 class Check:
     name: str
-    gpu: bool
+    where: str                  # gpu: needs the GPU | path: on the GPU, else on the CPU scaled down | cpu
     run: Callable[[argparse.Namespace], Outcome]
     estimate_s: float           # what it takes on the GPU machine, for the budget
 
@@ -125,27 +135,105 @@ def sharded_classifier(args) -> Outcome:
     return Outcome("PASS" if code == 0 else "FAIL", lines)
 
 
-# ---------------------------------------------------------------- a 3-rank run on one GPU, resumed
+# ---------------------------------------------------------------- the run's GPU paths, every rank on the one GPU
 
 
-RESUME_CONFIG = """\
-parties:
-  - {name: a, ranks: 1, data: {kind: synthetic, style: ms1m, identities: 24, images_per_identity: 8}}
-  - {name: b, ranks: 1, data: {kind: synthetic, style: ga, identities: 16, images_per_identity: 8}}
-data: {image_size: 32, workers: 0, val_sets: [lfw, cfp_fp], val_pairs_per_fold: 20}
-model: {backbone: ir18, width: 0.25, embedding_size: 64, scale: 32.0}
-optim: {lr: 0.1, batch_size: 16, epochs: 1, steps_per_epoch: 16, milestones: [], amp: bf16}
-fed: {algorithm: pfm, K: 2}
-fv: {enabled: true, placement: server, iterations_per_round: 1}
-run: {deterministic: true, device: cuda}
-checkpoint: {every: 2, keep: 2}
-"""
+PARTY = "{{name: {name}, ranks: {ranks}, data: {{kind: synthetic, style: {style}, identities: {ids}, images_per_identity: 8}}}}"
+SMALL_MODEL = "model: {backbone: ir18, width: 0.25, embedding_size: 64, scale: 32.0%s}\n"
+
+SILO_DP_CONFIG = ("parties:\n"
+                  f"  - {PARTY.format(name='a', ranks=2, style='ms1m', ids=24)}\n"
+                  f"  - {PARTY.format(name='b', ranks=1, style='ga', ids=16)}\n"
+                  "data: {image_size: 32, workers: 0, val_sets: [lfw], val_pairs_per_fold: 20}\n"
+                  + SMALL_MODEL % ", classifier: sharded" +
+                  "optim: {lr: 0.1, batch_size: 16, epochs: 1, steps_per_epoch: 6, milestones: [], amp: fp16}\n"
+                  "fed: {algorithm: fedavg, K: 2, dp: {enabled: true, clip: 1.0, noise_multiplier: 0.5}}\n"
+                  "fv: {enabled: false}\n"
+                  "eval: {every: 0}\n")
+
+RESUME_CONFIG = ("parties:\n"
+                 f"  - {PARTY.format(name='a', ranks=1, style='ms1m', ids=24)}\n"
+                 f"  - {PARTY.format(name='b', ranks=1, style='ga', ids=16)}\n"
+                 "data: {image_size: 32, workers: 0, val_sets: [lfw, cfp_fp], val_pairs_per_fold: 20}\n"
+                 + SMALL_MODEL % "" +
+                 "optim: {lr: 0.1, batch_size: 16, epochs: 1, steps_per_epoch: 16, milestones: [], amp: bf16}\n"
+                 "fed: {algorithm: pfm, K: 2}\n"
+                 "fv: {enabled: true, placement: dedicated, validators: 1, iterations_per_round: 1}\n"
+                 "run: {deterministic: true}\n"
+                 "checkpoint: {every: 2, keep: 2}\n")
+
+CROSSDEVICE = ["--config", str(ROOT / "configs" / "hsu_cifar10.yaml"), "clients.population=6", "clients.images=12",
+               "clients.train_images=80", "clients.test_images=40", "clients.fraction=0.5", "clients.alpha=0.5",
+               "optim.batch_size=5", "optim.lr=0.05", "eval.every=0", "clients.ranks=2", "fed.algorithm=scaffold",
+               "fed.aggregation.rule=krum", "fed.aggregation.f=0"]
 
 
-def stopped_at_round(args: list[str], after: str, timeout: float) -> tuple[int, str]:
-    """A 3-rank run sent SIGUSR1 (through mpirun, as a user or Slurm would) when its output shows `after`: it
+def device_of(args) -> str:
+    """Where the path checks run: the GPU, or (no GPU here) the CPU, scaled down."""
+    return "cpu" if args.no_gpu else "cuda"
+
+
+def write_config(args, name: str, text: str) -> Path:
+    base = args.out / name
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "config.yaml").write_text(text)
+    return base / "config.yaml"
+
+
+def run_args(args, base: Path, name: str, config: list[str]) -> list[str]:
+    return ["-m", "fedmpi.run", *config, f"data.root={args.out / 'data'}", f"run.device={device_of(args)}",
+            f"log.dir={base}", f"log.name={name}", f"run.save_final={base / name / 'final.pt'}"]
+
+
+def finished(base: Path, name: str, rounds: int) -> list[str]:
+    """What is wrong with a finished run: its final Θ not finite, its log short of `rounds` rounds."""
+    import h5py
+    import torch
+
+    problems = []
+    theta = torch.load(base / name / "final.pt")["theta"]
+    if not bool(torch.isfinite(theta).all()):
+        problems.append("the final theta is not finite")
+    with h5py.File(base / name / "log.h5", "r") as f:
+        logged = len(f["rounds"]["loss"])
+    if logged != rounds:
+        problems.append(f"{logged} rounds logged, expected {rounds}")
+    return problems
+
+
+def one_run(args, name: str, ranks: int, config: list[str], rounds: int) -> Outcome:
+    base = args.out / name
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = f"run-{time.strftime('%H%M%S')}"
+    code, out = mpirun(ranks, run_args(args, base, stamp, config), timeout=240)
+    notes = [line for line in out.splitlines() if line.startswith("note: group")]
+    if code:
+        return Outcome("FAIL", [*notes, f"exit status {code}:", *out.splitlines()[-12:]])
+    problems = finished(base, stamp, rounds)
+    return Outcome("FAIL" if problems else "PASS",
+                   [*notes, *problems, f"{ranks} ranks on {device_of(args)}, {rounds} rounds, exit 0"])
+
+
+def silo_dp_fp16_sharded(args) -> Outcome:
+    """DP-FedAvg's Gaussian mean at the server; party a's 2 ranks (sharing the GPU: gloo) train fp16 with the
+    sharded classifier, the overflow check reduced over them; 3 rounds."""
+    config = ["--config", str(write_config(args, "silo-dp", SILO_DP_CONFIG))]
+    if not args.no_gpu:     # DataLoader workers, started by forkserver beside CUDA and NCCL (2 a rank on a GPU)
+        config.append("data.workers=2")
+    return one_run(args, "silo-dp", 4, config, rounds=3)
+
+
+def crossdevice_scaffold_krum(args) -> Outcome:
+    """The cross-device exchange with per-client state (SCAFFOLD) and every upload kept for Krum: the states and
+    uploads point to point (through host memory on gloo, in the trainer's send order), Krum on the uploads."""
+    rounds = 2 if args.no_gpu else 3
+    return one_run(args, "crossdevice", 3, [*CROSSDEVICE, f"clients.rounds={rounds}"], rounds=rounds)
+
+
+def stopped_at_round(args: list[str], after: str, timeout: float, ranks: int) -> tuple[int, str]:
+    """A run sent SIGUSR1 (through mpirun, as a user or Slurm would) when its output shows `after`: it
     checkpoints at the next round boundary and exits 75."""
-    cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", "3", sys.executable, *args]
+    cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(ranks), sys.executable, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             env=mpi_env({"PYTHONPATH": str(ROOT)}))
     timer = threading.Timer(timeout, proc.kill)
@@ -177,26 +265,28 @@ def compare_runs(a: Path, b: Path) -> list[str]:
     return differences
 
 
-def resume_one_gpu(args) -> Outcome:
+def fv_dedicated_resume(args) -> Outcome:
+    """Server + 2 one-rank parties + 1 dedicated validator, run.deterministic, bf16, one FV iteration a round,
+    8 rounds: sent SIGUSR1 after round 2 (a checkpoint at the next round boundary, exit 75) and continued with
+    `--resume auto`, FV's first iteration after the resume builds its candidates from the restored θ' on the
+    device and sends them to the validator; the run ends bitwise equal (final Θ, losses, FV weights) to the
+    uninterrupted one."""
+    config = ["--config", str(write_config(args, "resume", RESUME_CONFIG))]
+    if args.no_gpu:
+        config.append("optim.steps_per_epoch=8")     # 4 rounds
     base = args.out / "resume"
-    base.mkdir(parents=True, exist_ok=True)
-    (base / "config.yaml").write_text(RESUME_CONFIG)
-
-    def run_args(name: str) -> list[str]:
-        return ["--config", str(base / "config.yaml"), f"data.root={args.out / 'data'}", f"log.dir={base}",
-                f"log.name={name}", f"run.save_final={base / name / 'final.pt'}"]
-
     stamp = time.strftime("%H%M%S")
     whole, cut = f"whole-{stamp}", f"cut-{stamp}"
-    code, out = mpirun(3, ["-m", "fedmpi.run", *run_args(whole)], timeout=240)
+    code, out = mpirun(4, run_args(args, base, whole, config), timeout=240)
     if code:
         return Outcome("FAIL", ["the uninterrupted run failed:", *out.splitlines()[-10:]])
     lines = [line for line in out.splitlines() if line.startswith("note: group")]
-    code, out = stopped_at_round(["-m", "fedmpi.run", *run_args(cut)], after="round 2/", timeout=240)
+    code, out = stopped_at_round(run_args(args, base, cut, config), after="round 2/",
+                                 timeout=240, ranks=4)
     if code != 75:
         return Outcome("FAIL", [*lines, f"the run sent SIGUSR1 after round 2 exited {code}, not 75 (preempted):",
                                 *out.splitlines()[-10:]])
-    code, out = mpirun(3, ["-m", "fedmpi.run", *run_args(cut), "--resume", "auto"], timeout=240)
+    code, out = mpirun(4, [*run_args(args, base, cut, config), "--resume", "auto"], timeout=240)
     if code:
         return Outcome("FAIL", [*lines, "the resumed run failed:", *out.splitlines()[-10:]])
     verdict = bitwise_verdict(compare_runs(base / whole, base / cut))
@@ -223,20 +313,32 @@ def fv_pin(args) -> Outcome:
 
 
 CHECKS = [
-    Check("throughput-ir50", True, lambda a: throughput("ir50", a), 60),
-    Check("throughput-ir18", True, lambda a: throughput("ir18", a), 40),
-    Check("sharded-classifier", True, sharded_classifier, 30),
-    Check("resume-one-gpu", True, resume_one_gpu, 90),
-    Check("startup", False, startup, 90),
-    Check("fv-pin", False, fv_pin, 120),
+    Check("throughput-ir50", "gpu", lambda a: throughput("ir50", a), 60),
+    Check("throughput-ir18", "gpu", lambda a: throughput("ir18", a), 40),
+    Check("sharded-classifier", "gpu", sharded_classifier, 30),
+    Check("silo-dp-fp16-sharded", "path", silo_dp_fp16_sharded, 30),
+    Check("crossdevice-scaffold-krum", "path", crossdevice_scaffold_krum, 25),
+    Check("fv-dedicated-resume", "path", fv_dedicated_resume, 75),
+    Check("startup", "cpu", startup, 40),
+    Check("fv-pin", "cpu", fv_pin, 70),
 ]
+
+
+def table(rows: list[tuple[str, str, float]]) -> list[str]:
+    """The summary table: path, result, time."""
+    width = max([len("path"), *(len(name) for name, _, _ in rows)])
+    result_width = max([len("result"), *(len(result) for _, result, _ in rows)])
+    lines = [f"{'path':<{width}}  {'result':<{result_width}}  time"]
+    lines += [f"{name:<{width}}  {result:<{result_width}}  {seconds:.0f} s" for name, result, seconds in rows]
+    return lines
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", action="store_true", help="the CPU benchmarks scaled down (the default on "
-                                                                 f"machines with fewer than {FULL_SCALE_CORES} cores)")
-    parser.add_argument("--full", action="store_true", help="the CPU benchmarks at full scale on any machine")
+    parser.add_argument("--small", action="store_true", help="the CPU benchmarks scaled down (the default)")
+    parser.add_argument("--full", action="store_true", help="the CPU benchmarks at full scale (17 ranks, 8 FV "
+                                                            "rounds), on a machine of at least "
+                                                            f"{FULL_SCALE_CORES} cores")
     parser.add_argument("--budget-s", type=float, default=450.0, help="no check starts after this many seconds")
     parser.add_argument("--only", nargs="+", default=None, choices=[c.name for c in CHECKS])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per stretch (throughput)")
@@ -245,37 +347,46 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
-    if not args.full and not args.small and cores < FULL_SCALE_CORES:
-        args.small = True
-        print(f"CPU benchmarks scaled down (--small): {cores} cores here (--full to run them at full scale)")
+    if args.full and cores < FULL_SCALE_CORES:
+        print(f"note: --full on {cores} cores: the CPU benchmarks will take long here")
+    args.small = not args.full
     started = time.perf_counter()
     why_not = gpu_missing()
+    args.no_gpu = why_not is not None
     if why_not:
         print(f"GPU checks skipped: {why_not}", flush=True)
-    results = []
+        print("the run's GPU paths (" + ", ".join(c.name for c in CHECKS if c.where == "path") + ") run on the "
+              "CPU instead, scaled down: they show the paths run and resume, not that they keep to a device "
+              "(tests/test_device_discipline.py does that without a GPU)", flush=True)
+    results: list[tuple[str, str, float]] = []
     for check in CHECKS:
         if args.only and check.name not in args.only:
             continue
-        if check.gpu and why_not:
-            results.append((check.name, "SKIP"))
+        if check.where == "gpu" and why_not:
+            results.append((check.name, "SKIP (no GPU)", 0.0))
             continue
         spent = time.perf_counter() - started
         if spent + check.estimate_s > args.budget_s:
             print(f"NOT RUN {check.name}: {spent:.0f} s spent, about {check.estimate_s:.0f} s more would pass the "
                   f"budget of {args.budget_s:.0f} s", flush=True)
-            results.append((check.name, "FAIL"))
+            results.append((check.name, "FAIL (not run)", 0.0))
             continue
         t0 = time.perf_counter()
         try:
             outcome = check.run(args)
         except Exception as exc:  # noqa: BLE001 - one check's failure is reported, the others still run
             outcome = Outcome("FAIL", [f"{type(exc).__name__}: {exc}"])
-        print(f"{outcome.status} {check.name} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        seconds = time.perf_counter() - t0
+        on = " (cpu)" if check.where == "path" and why_not else ""
+        print(f"{outcome.status} {check.name}{on} ({seconds:.0f} s)", flush=True)
         for line in outcome.lines:
             print(f"    {line}", flush=True)
-        results.append((check.name, outcome.status))
-    failed = [name for name, status in results if status == "FAIL"]
-    skipped = [name for name, status in results if status == "SKIP"]
+        results.append((check.name, outcome.status + on, seconds))
+    print("", flush=True)
+    for line in table(results):
+        print(line, flush=True)
+    failed = [name for name, result, _ in results if result.startswith("FAIL")]
+    skipped = [name for name, result, _ in results if result.startswith("SKIP")]
     print(f"gpu-check: {len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed"
           + (f" ({', '.join(failed)})" if failed else "") + (f", {len(skipped)} skipped (no GPU)" if skipped else "")
           + f", {time.perf_counter() - started:.0f} s", flush=True)

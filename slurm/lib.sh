@@ -222,9 +222,12 @@ fedmpi_run_in_job() {
     local launch
     if [ "$FEDMPI_LAUNCHER" = srun ]; then
         export SLURM_HOSTFILE="$hostfile"
+        # Since Slurm 22.05 srun no longer inherits the job's --cpus-per-task (sbatch(1)): without it each rank
+        # and its DataLoader workers would share one core.
         # shellcheck disable=SC2206
         launch=(srun --mpi="$FEDMPI_SRUN_MPI" --distribution=arbitrary --ntasks="$world"
-                --nodes="$(sort -u "$hostfile" | wc -l)" --kill-on-bad-exit=1 ${FEDMPI_SRUN_ARGS:-})
+                --nodes="$(sort -u "$hostfile" | wc -l)" --kill-on-bad-exit=1
+                ${SLURM_CPUS_PER_TASK:+--cpus-per-task="$SLURM_CPUS_PER_TASK"} ${FEDMPI_SRUN_ARGS:-})
     else
         local mpirun="${FEDMPI_MPIRUN:-$(command -v mpirun || true)}"
         [ -n "$mpirun" ] || mpirun="$(dirname "$FEDMPI_PYTHON")/mpirun"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -17,12 +18,34 @@ from jobs.mpirun import ROOT, mpi_env, mpirun
 
 def test_without_a_gpu_the_gpu_checks_are_skipped_in_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu_check, "gpu_missing", lambda: "torch sees no CUDA device")
-    code = gpu_check.main(["--only", "throughput-ir50", "sharded-classifier", "resume-one-gpu", "--out", str(tmp_path)])
+    code = gpu_check.main(["--only", "throughput-ir50", "sharded-classifier", "--out", str(tmp_path)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0
     said = [line for line in out if "skipped" in line.lower()]
     assert said[0] == "GPU checks skipped: torch sees no CUDA device" and len(said) == 2
-    assert said[1].startswith("gpu-check: 0 passed, 0 failed, 3 skipped (no GPU), ")
+    assert said[1].startswith("gpu-check: 0 passed, 0 failed, 2 skipped (no GPU), ")
+    assert out[out.index("path                result         time"):][1:3] == [
+        "throughput-ir50     SKIP (no GPU)  0 s", "sharded-classifier  SKIP (no GPU)  0 s"]
+
+
+def test_without_a_gpu_the_runs_paths_run_on_the_cpu_and_are_tabled(monkeypatch, capsys, tmp_path):
+    """A path check runs where there is no GPU, on the CPU, and says so in its line and in the table."""
+    seen = []
+
+    def path(args):
+        seen.append(gpu_check.device_of(args))
+        return gpu_check.Outcome("PASS", ["3 ranks on cpu, 2 rounds, exit 0"])
+
+    monkeypatch.setattr(gpu_check, "gpu_missing", lambda: "torch sees no CUDA device")
+    monkeypatch.setattr(gpu_check, "CHECKS", [gpu_check.Check("throughput-ir50", "gpu", None, 60),
+                                              gpu_check.Check("crossdevice-scaffold-krum", "path", path, 25)])
+    assert gpu_check.main(["--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert seen == ["cpu"]
+    assert out[1].startswith("the run's GPU paths (crossdevice-scaffold-krum) run on the CPU instead, scaled down")
+    assert out[2].startswith("PASS crossdevice-scaffold-krum (cpu) (")
+    assert out[-2] == "crossdevice-scaffold-krum  PASS (cpu)     0 s"
+    assert out[-1].startswith("gpu-check: 1 passed, 0 failed, 1 skipped (no GPU), ")
 
 
 def test_throughput_verdict_against_the_goal():
@@ -34,12 +57,14 @@ def test_throughput_verdict_against_the_goal():
 
 def test_a_check_past_the_budget_or_failing_fails_the_command(monkeypatch, capsys, tmp_path):
     assert gpu_check.main(["--only", "startup", "--budget-s", "10", "--out", str(tmp_path)]) == 1
-    assert "NOT RUN startup: 0 s spent, about 90 s more would pass the budget of 10 s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NOT RUN startup: 0 s spent, about 40 s more would pass the budget of 10 s" in out
+    assert "startup  FAIL (not run)  0 s" in out
 
     def broken(args):
         raise RuntimeError("NCCL error: unhandled system error")
 
-    monkeypatch.setattr(gpu_check, "CHECKS", [gpu_check.Check("broken", False, broken, 1)])
+    monkeypatch.setattr(gpu_check, "CHECKS", [gpu_check.Check("broken", "cpu", broken, 1)])
     assert gpu_check.main(["--out", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "FAIL broken" in out and "RuntimeError: NCCL error: unhandled system error" in out
@@ -85,3 +110,12 @@ def test_sharded_classifier_script_on_cpu(ranks):
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
     assert len(lines) == ranks and all(line.endswith("  ok") for line in lines)
     assert lines[0].startswith("rank 0 on cpu (gloo group), classes 0..24: loss max |diff|")
+
+
+def test_the_crossdevice_path_runs_on_cpu(tmp_path, capsys):
+    """The cross-device check's run (SCAFFOLD's states and Krum's uploads point to point) under mpirun on the
+    CPU, as the check runs it where there is no GPU."""
+    args = SimpleNamespace(out=tmp_path, no_gpu=True)
+    outcome = gpu_check.crossdevice_scaffold_krum(args)
+    assert outcome.status == "PASS", outcome.lines
+    assert outcome.lines[-1] == "3 ranks on cpu, 2 rounds, exit 0"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -93,6 +94,33 @@ def test_bad_arguments_are_refused_before_submitting():
     out = subprocess.run(["bash", str(SCRIPTS["3party"]), "fed.K=0"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "FEDMPI_DRY_RUN": "1"})
     assert out.returncode == 1 and "fed.K: must be > 0, got 0" in out.stderr
+
+
+def srun_line_in_a_job(tmp_path: Path, cpus_per_task: str | None) -> list[str]:
+    """The srun command the script runs inside a job (SLURM_* as Slurm sets them), recorded by a stand-in
+    srun on PATH instead of launched."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "scontrol").write_text("#!/bin/bash\n[ \"$1 $2\" = 'show hostnames' ] && echo node1\n")
+    (bin_dir / "srun").write_text(f"#!/bin/bash\nprintf '%s\\n' \"$@\" > {tmp_path}/srun-args\n")
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "FEDMPI_CPU": "1",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_TASKS_PER_NODE": "17", "FEDMPI_ROOT": str(ROOT),
+           "FEDMPI_PYTHON": os.environ.get("FEDMPI_PYTHON", sys.executable)}
+    env.pop("SLURM_CPUS_PER_TASK", None)
+    if cpus_per_task:
+        env["SLURM_CPUS_PER_TASK"] = cpus_per_task
+    subprocess.run(["bash", str(SCRIPTS["3party"]), f"log.dir={tmp_path}"], capture_output=True, text=True,
+                   timeout=120, env=env)
+    return (tmp_path / "srun-args").read_text().splitlines()
+
+
+def test_srun_is_given_the_jobs_cpus_per_task(tmp_path):
+    """srun of Slurm >= 22.05 does not inherit the job's --cpus-per-task: the script passes it on."""
+    args = srun_line_in_a_job(tmp_path, "3")
+    assert "--cpus-per-task=3" in args and args[args.index("--kill-on-bad-exit=1") + 1] == "--cpus-per-task=3"
+    assert not any(a.startswith("--cpus-per-task") for a in srun_line_in_a_job(tmp_path / "none", None))
 
 
 # ---------------------------------------------------------------- on the local Slurm

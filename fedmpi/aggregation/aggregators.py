@@ -8,7 +8,8 @@ exchange after its `wait()`:
   uploads.rows                    [P, D_up], every upload of the round (party by party): only for an
                                   aggregator with `needs_uploads = True`, and only from an exchange that keeps
                                   them (`gives_uploads`; the cross-device exchange sums them on the wire)
-w is the round's weighting (FV's or the fixed one: float64, on the simplex). An upload is [θ_i | up payloads],
+w is the round's weighting (FV's or the fixed one: float64, on the simplex), on the host or on the uploads' device:
+an aggregator moves it to the rows' device before it meets them. An upload is [θ_i | up payloads],
 so an aggregator that looks at each upload sees the rule's payloads too. The default is `WeightedMean`; a rule
 names another with `Algorithm.aggregator`.
 """

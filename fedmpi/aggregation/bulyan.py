@@ -51,5 +51,5 @@ class Bulyan(Aggregator):
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         rows, f = uploads.rows, self.options.f
         theta = rows.shape[0] - 2 * f
-        chosen = torch.tensor(krum_selection(squared_distances(rows), f, theta))
+        chosen = torch.tensor(krum_selection(squared_distances(rows), f, theta), device=rows.device)
         return by_columns(rows, out, lambda block: mean_nearest_median(block[chosen], theta - 2 * f))

@@ -62,7 +62,7 @@ class GaussianMean(Aggregator):
                              for row in rows])
         scale = torch.clamp(self.clip / norms, max=1.0)
         scale[norms == 0] = 1.0
-        coef = w.to(torch.float64) * scale
+        coef = w.to(device=rows.device, dtype=torch.float64) * scale    # w may come from the host (FV, fixed)
         torch.mv(rows.t(), coef.to(rows.dtype), out=work)
         work.add_(ref, alpha=float(1.0 - coef.sum()))
         self.add_noise(work, self.z * self.clip * float(w.max()))

@@ -24,7 +24,7 @@ def squared_distances(rows: torch.Tensor) -> torch.Tensor:
 def krum_scores(distances: torch.Tensor, f: int) -> torch.Tensor:
     """Each upload's score: the sum of its n − f − 2 smallest squared distances to the others."""
     n = distances.shape[0]
-    others = distances + torch.diag(torch.full((n,), float("inf"), dtype=distances.dtype))
+    others = distances + torch.diag(torch.full((n,), float("inf"), dtype=distances.dtype, device=distances.device))
     return others.sort(dim=1).values[:, :n - f - 2].sum(dim=1)
 
 
@@ -84,8 +84,9 @@ class MultiKrum(Krum):
 
     def __call__(self, uploads, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         chosen = self.selected(uploads.rows)
-        weights = torch.zeros(uploads.rows.shape[0], dtype=torch.float64)
-        weights[chosen] = w.to(torch.float64)[chosen]
+        rows = uploads.rows
+        weights = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
+        weights[chosen] = w.to(device=rows.device, dtype=torch.float64)[chosen]
         if not weights.sum() > 0:
             weights[chosen] = 1.0
-        return torch.mv(uploads.rows.t(), (weights / weights.sum()).to(uploads.rows.dtype), out=out)
+        return torch.mv(rows.t(), (weights / weights.sum()).to(rows.dtype), out=out)

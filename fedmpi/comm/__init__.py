@@ -74,9 +74,10 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
         gpu = local_rank(comm) % torch.cuda.device_count()
         torch.cuda.set_device(gpu)
         _STATE["device"] = torch.device("cuda", gpu)
-        _STATE["gpus"] = comm.allgather((socket.gethostname(), gpu))   # (node, GPU) of every rank
+        _STATE["gpus"] = comm.allgather((socket.gethostname(), gpu_identity(gpu)))   # (node, GPU) of every rank
         if len(set(_STATE["gpus"])) < len(_STATE["gpus"]):
             world_backend = "gloo"  # NCCL refuses a communicator with two ranks on one GPU (see new_group)
+        nccl_reports_errors()
     else:
         _STATE["device"] = torch.device("cpu")
     use_mpi_interface()
@@ -103,6 +104,29 @@ def init_torch_distributed(backend: str | None = None, timeout_s: float = 600.0,
     _STATE["backend"], _STATE["timeout_s"] = backend, float(timeout_s)
     heartbeat.start(host, port, comm.Get_rank(), comm.Get_size())
     return backend
+
+
+def gpu_identity(index: int) -> str:
+    """The physical GPU behind CUDA device `index`: its UUID (else its PCI address). The index alone names
+    nothing: with one GPU bound per task (srun --gpus-per-task=1, --gpu-bind, cgroups) every rank sees its own
+    GPU as device 0."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None and str(uuid):
+        return f"GPU-{uuid}" if not str(uuid).startswith("GPU-") else str(uuid)
+    return f"PCI {props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+
+
+NCCL_ERROR_HANDLING = "2"
+
+
+def nccl_reports_errors() -> None:
+    """An NCCL error or timeout aborts the communicators and is raised by the next wait() on the rank, where
+    `naming_failures` makes it one line (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, torch's "CleanUpOnly"), instead of
+    the watchdog tearing the process down with a stack dump (torch's default, 3). A value the user set stays."""
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_ERROR_HANDLING)
 
 
 def device() -> torch.device:
@@ -203,10 +227,16 @@ def naming_failures(what: str):
         raise CommTimeout(f"{what}: {exc}") from None
     except RuntimeError as exc:  # gloo and NCCL failures (DistBackendError is one)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if type(exc).__name__ == "OutOfMemoryError":    # this rank's own failure, not a peer's silence
+            raise DeviceOutOfMemory(f"{what}: {first}") from None
         if "timed out" in first.lower() or "timeout" in first.lower():
             raise CommTimeout(f"{what}: no answer within run.collective_timeout_s={collective_timeout_s():g} s "
                               f"({first})") from None
         raise CommFailure(f"{what}: {first}") from None
+
+
+class DeviceOutOfMemory(RuntimeError):
+    """The device ran out of memory on this rank (torch.OutOfMemoryError), named with what was going on."""
 
 
 def group_label(name: str, group) -> str:

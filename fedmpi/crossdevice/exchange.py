@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.comm import p2p
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
@@ -83,23 +84,30 @@ class ClientExchange:
         assignment = assign_to_ranks(self.clients, self.sizes, len(self.trainers))
         comm.bcast((r, assignment), what=_assignment(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
                    comm=self.ctx.mpi_fed)
-        if self.store is not None:
-            self._send_states(assignment)
+        # NCCL matches a pair's point-to-point operations in issue order (gloo by tag): the receives are posted
+        # in the order each trainer rank sends, its clients' uploads while it trains them, then their states
+        outgoing = self._send_states(assignment) if self.store is not None else []
         if self.gives_uploads:
             row = {int(k): i for i, k in enumerate(self.clients)}
-            self._work = [ReceivesInBackground([dist.irecv(self._rows[row[k]], src=rank, group=self.group,
-                                                           tag=UPLOAD_TAG)
+            self._work = [ReceivesInBackground([p2p.irecv(self._rows[row[k]], src=rank, group=self.group,
+                                                          tag=UPLOAD_TAG)
                                                 for rank, ks in zip(self.trainers, assignment) for k in ks])]
+            self._returning = self._receive_states(outgoing)
             return
+        self._returning = self._receive_states(outgoing)
         self.payload.zero_()
         self._work = [dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)]
 
-    def _send_states(self, assignment: list[list[int]]) -> None:
+    def _receive_states(self, outgoing: list[tuple[int, int, torch.Tensor]]) -> list:
+        return [(k, state, p2p.irecv(state, src=rank, group=self.group)) for rank, k, state in outgoing]
+
+    def _send_states(self, assignment: list[list[int]]) -> list[tuple[int, int, torch.Tensor]]:
+        """Each sampled client's state to the rank that trains it; (rank, client, buffer) for the state's return."""
         outgoing = [(rank, k, self.store.get(k).to(self.ctx.device, copy=True))
                     for rank, ks in zip(self.trainers, assignment) for k in ks]
-        for work in [dist.isend(state, dst=rank, group=self.group) for rank, _, state in outgoing]:
+        for work in [p2p.isend(state, dst=rank, group=self.group) for rank, _, state in outgoing]:
             work.wait()
-        self._returning = [(k, state, dist.irecv(state, src=rank, group=self.group)) for rank, k, state in outgoing]
+        return outgoing
 
     def is_complete(self) -> bool:
         return (all(work.is_completed() for work in self._work)
@@ -119,7 +127,7 @@ class ClientExchange:
         clients' example counts: applied on the trainer ranks before the reduction (w is None), or, with every
         upload kept, w = example_weights() over the rows."""
         if self.gives_uploads:
-            return torch.mv(self._rows.t(), w.to(self._rows.dtype), out=out)
+            return torch.mv(self._rows.t(), w.to(device=self._rows.device, dtype=self._rows.dtype), out=out)
         out.copy_(self.payload[:-1] / self.payload[-1])
         return out
 
@@ -182,19 +190,19 @@ class TrainerSide:
         """The states of this rank's `count` clients of the round, in the assignment's order."""
         states = [torch.empty_like(like, device=self.ctx.device) for _ in range(count)]
         for state in states:
-            dist.recv(state, src=SERVER, group=self.group)
+            p2p.recv(state, src=SERVER, group=self.group)
         return states
 
     def send_states(self, states: list[torch.Tensor]) -> None:
         for state in states:
-            dist.send(state, dst=SERVER, group=self.group)
+            p2p.send(state, dst=SERVER, group=self.group)
 
     def send_local(self, payload: torch.Tensor) -> None:
         dist.reduce(payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group)
 
     def send_upload(self, upload: torch.Tensor) -> None:
         """One client's upload [theta_k | up payloads], into its row on the server (every_upload)."""
-        dist.send(upload, dst=SERVER, group=self.group, tag=UPLOAD_TAG)
+        p2p.send(upload, dst=SERVER, group=self.group, tag=UPLOAD_TAG)
 
     def send_stats(self, r: int, stats: dict) -> None:
         comm.gather(stats, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.comm import p2p
 from fedmpi.fv import fv_runs
 from fedmpi.core.context import Context
 from fedmpi.core.state import BackboneState
@@ -172,7 +172,7 @@ def serve(ctx: Context, validator: Validator) -> None:
         if word not in (SCORE, EVALUATE):
             raise RuntimeError(f"validator: unknown control word {word!r} from the server "
                                f"(expected one of {', '.join(CONTROL_WORDS)})")
-        dist.recv(buffer, src=SERVER, group=ctx.groups.validators)
+        p2p.recv(buffer, src=SERVER, group=ctx.groups.validators)
         trace(direction="in", channel="torch.distributed", kind="backbone", numel=buffer.numel(),
               dtype=str(buffer.dtype))
         reply = validator.answer(word, buffer)

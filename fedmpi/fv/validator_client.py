@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import deque
 
 import torch
-import torch.distributed as dist
 
 from fedmpi import comm
+from fedmpi.comm import p2p
 from fedmpi.comm.control import Backoff
 from fedmpi.core.context import Context
 from fedmpi.fv.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
@@ -59,16 +59,27 @@ class HostedEndpoint:
 
 
 class RemoteEndpoint:
-    """A dedicated validator rank: requests go out as control word + backbone, replies come back over MPI."""
+    """A dedicated validator rank: requests go out as control word + backbone, replies come back over MPI.
+    At most IN_FLIGHT backbones are on their way at a time (the one being scored and the next): the validator
+    takes the next backbone only once it has answered the last, and NCCL times a send from when it is issued,
+    so T sends issued at once would leave the last waiting T − 1 scorings against run.collective_timeout_s."""
+    IN_FLIGHT = 2
 
     def __init__(self, ctx: Context, rank: int, names: list[str]):
         self.ctx, self.rank, self.names = ctx, rank, list(names)
         self._queue: deque[tuple[Request, object]] = deque()
+        self._waiting: deque[Request] = deque()
 
     def post(self, request: Request) -> None:
-        comm.mpi_comm().send(request.word, dest=self.rank, tag=TAG_CONTROL)
-        # the request keeps its backbone unchanged until the reply is in; the send has completed by then
-        self._queue.append((request, dist.isend(request.flat, dst=self.rank, group=self.ctx.groups.validators)))
+        self._waiting.append(request)
+        self._send_next()
+
+    def _send_next(self) -> None:
+        while self._waiting and len(self._queue) < self.IN_FLIGHT:
+            request = self._waiting.popleft()
+            comm.mpi_comm().send(request.word, dest=self.rank, tag=TAG_CONTROL)
+            # the request keeps its backbone unchanged until the reply is in; the send has completed by then
+            self._queue.append((request, p2p.isend(request.flat, dst=self.rank, group=self.ctx.groups.validators)))
 
     def progress(self) -> bool:
         mpi = comm.mpi_comm()
@@ -81,6 +92,7 @@ class RemoteEndpoint:
         if missing:
             raise RuntimeError(f"validator rank {self.rank}: reply lacks sets {sorted(missing)}")
         request.replies.update({name: reply[name] for name in self.names})
+        self._send_next()
         return True
 
     def stop(self) -> None:
@@ -89,6 +101,7 @@ class RemoteEndpoint:
             request, send = self._queue.popleft()
             send.wait()
             request.replies.update(reply)
+            self._send_next()
         comm.mpi_comm().send(STOP, dest=self.rank, tag=TAG_CONTROL)
 
 

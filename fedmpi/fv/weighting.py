@@ -21,11 +21,11 @@ from fedmpi.fv.validator_client import SCORE, ValidatorPool
 class FederatedValidation:
     """Alg. 2 on the server: the search state, the latest θ_i, and at most one iteration in flight."""
 
-    def __init__(self, cfg, num_parties: int, pool: ValidatorPool, log, initial_w):
+    def __init__(self, cfg, num_parties: int, pool: ValidatorPool, log, initial_w, device=torch.device("cpu")):
         v = cfg.fv
         self.search = FVSearch(num_parties, T=v.T, phi=v.phi, gamma=v.gamma, eps=v.eps, norm=v.norm,
                                seed=cfg.run.seed, initial_w=np.asarray(initial_w, dtype=np.float64))
-        self.pool, self.log = pool, log
+        self.pool, self.log, self.device = pool, log, torch.device(device)
         self.latest: torch.Tensor | None = None      # [P, D], the θ_i of the last completed gather
         self.in_flight: tuple[np.ndarray, list] | None = None   # (candidates [T, P], one Request each)
         self.completed_in_round = 0
@@ -68,6 +68,18 @@ class FederatedValidation:
         self.start()
         self.pool.wait(self.in_flight[1])
         self.complete_if_done(r)
+
+    def state_dict(self) -> dict:
+        """The search state and the θ' snapshot the next iteration searches over (a resumed run continues
+        bitwise)."""
+        return {"fv": self.search.state_dict(), "latest": None if self.latest is None else self.latest.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """θ' comes back from the checkpoint in host memory: it goes to the device the gathered rows live on,
+        so that the candidates are formed (eq. 7) and sent from there, as in an uninterrupted run."""
+        self.search.load_state_dict(state["fv"])
+        if state.get("latest") is not None:
+            self.latest = state["latest"].to(self.device, copy=True)
 
     def drain(self) -> None:
         if self.in_flight is not None:

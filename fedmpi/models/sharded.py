@@ -32,7 +32,7 @@ def _gather_sizes(batch: int, device: torch.device, group) -> list[int]:
     mine = torch.tensor([batch], dtype=torch.int64, device=device)
     sizes = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(sizes, mine, group=group)
-    return [int(s.item()) for s in sizes]
+    return torch.cat(sizes).tolist()        # one host sync for all ranks' sizes
 
 
 def _all_gather_rows(local: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
@@ -116,6 +116,9 @@ class ShardedClassifier(nn.Module):
                                                       dtype))
         if self.sample_rate < 1.0:
             self.register_buffer("sample_step", torch.zeros((), dtype=torch.int64))
+        # the host's copy of sample_step, read from the buffer once after each load (not once per step)
+        self._host_step: int | None = None
+        self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_host_step", None))
         self.last_sampled: torch.Tensor | None = None  # local rows used by the latest sampled step
 
     def extra_repr(self) -> str:
@@ -133,20 +136,28 @@ class ShardedClassifier(nn.Module):
                 sizes = _gather_sizes(labels.shape[0], labels.device, self.group)
                 all_embeddings = _GatherEmbeddings.apply(normalised, sizes, self.rank, self.group)
                 all_labels = _all_gather_rows(labels, sizes, self.group)
-            check_label_range(all_labels, self.num_classes)
+            if all_labels.device.type == "cpu":   # on a GPU the trainer checks its labels on the host
+                check_label_range(all_labels, self.num_classes)
             target_rows = ((all_labels >= self.class_start) & (all_labels < self.class_end)).nonzero().squeeze(1)
             target_cols = all_labels[target_rows] - self.class_start
             centres = self.weight
             if self.sample_rate < 1.0 and self.training:
                 sampled = sample_columns(target_cols, centres.shape[0], self.sample_rate, self.seed,
-                                         int(self.sample_step), self.rank)
-                self.sample_step += 1
+                                         self._next_sample_step(), self.rank)
                 self.last_sampled = sampled
                 centres = centres[sampled]
                 target_cols = torch.searchsorted(sampled, target_cols)
             cos = F.linear(all_embeddings, F.normalize(centres, dim=1)).clamp(-1.0, 1.0)
             logits = margin_logits(cos, target_rows, target_cols, self.head)
             return _ShardedSoftmaxCrossEntropy.apply(logits, target_rows, target_cols, self.group)
+
+    def _next_sample_step(self) -> int:
+        if self._host_step is None:
+            self._host_step = int(self.sample_step)
+        step = self._host_step
+        self._host_step += 1
+        self.sample_step += 1
+        return step
 
     def sync_grads(self) -> None:
         """Nothing to do: each block's gradient is already ∂L/∂(block)."""

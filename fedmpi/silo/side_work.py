@@ -48,7 +48,7 @@ class SideWork:
         self.pool = ValidatorPool.build(ctx) if needs_validation_sets(cfg) else None
         self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
                            if cfg.eval.every > 0 else None)
-        self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy())
+        self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy(), ctx.device)
                    if fv_runs(cfg) else None)
         self.weighting = self.fv or FixedWeighting(initial_w)
 
@@ -134,12 +134,8 @@ class SideWork:
         """FV's search state (w, candidate RNG, Moving Norm statistics) for the server's checkpoint."""
         if self.fv is None:
             return {"fv": None}
-        # the theta_i snapshot the next FV iteration searches over, so a resumed run continues bitwise
-        latest = None if self.fv.latest is None else self.fv.latest.clone()
-        return {"fv": self.fv.search.state_dict(), "latest": latest}
+        return self.fv.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         if self.fv is not None and state.get("fv") is not None:
-            self.fv.search.load_state_dict(state["fv"])
-            if state.get("latest") is not None:
-                self.fv.latest = state["latest"].clone()
+            self.fv.load_state_dict(state)

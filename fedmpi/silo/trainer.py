@@ -38,16 +38,23 @@ def open_party_dataset(party: Party, data_cfg):
 def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
     """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
     from fedmpi.data import ShardBatchSampler
+    from fedmpi.models.heads import check_label_range
 
     sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), cfg.optim.batch_size,
                                 seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
     workers = cfg.data.loader_workers(device)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
                                          pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                                         # workers started from a clean server process, not forked from a rank
+                                         # whose MPI, CUDA and NCCL are running (fork copies their threads' locks)
+                                         multiprocessing_context="forkserver" if workers > 0 and device.type == "cuda"
+                                         else None,
                                          # its own generator: starting the stream draws nothing from the global
                                          # torch RNG, which a resumed run has just restored
                                          generator=torch.Generator().manual_seed(cfg.data.seed))
     for images, labels in loader:
+        if device.type != "cpu":    # here on the host, not by the classifier on the device (a sync per step)
+            check_label_range(labels, dataset.num_classes)
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
@@ -83,7 +90,7 @@ class Trainer:
             self.algo_state.update({key: self.node.like(self.algo_state[key]) for key in self.algorithm.global_state})
         # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
         self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
-        self.precision = Precision(o.amp, ctx.device)
+        self.precision = Precision(o.amp, ctx.device, group=group)
 
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
