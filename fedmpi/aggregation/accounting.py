@@ -21,7 +21,7 @@ class _NonConvergedOrders(logging.Filter):
 
 @cache
 def _library():
-    """dp_accounting, imported on first use: it costs the server 1.3 s of CPU (scipy, absl) in runs without DP."""
+    """dp_accounting, imported on first use: it brings scipy and absl, which runs without DP need not load."""
     import dp_accounting
 
     logging.getLogger("absl").addFilter(_NonConvergedOrders())

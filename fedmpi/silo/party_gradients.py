@@ -1,7 +1,7 @@
 """The party's mean backbone gradient on CPU, what DistributedDataParallel gives a multi-rank party: after backward,
 each rank's gradients (views of one flat buffer kept across steps, which backward fills) are scaled by 1/n and
 summed over the party group by one all-reduce of that buffer. DDP is not used because its constructor imports
-torch._dynamo (1.3 s of CPU and 150 MB per rank). What else DDP does is not needed here: the ranks of a party start every round from the same
+torch._dynamo on every rank (its cost: docs/PERFORMANCE.md). What else DDP does is not needed here: the ranks of a party start every round from the same
 Θ (the intra-party broadcast), and the BN running statistics DDP copies from the party's first rank before each
 forward are read nowhere but on that rank (the leader, whose state is the party's upload).
 """

@@ -47,7 +47,7 @@ def own_gpu_state(saved, device: int):
 
 def deterministic_kernels() -> None:
     """torch.use_deterministic_algorithms(True) without its import of torch._inductor.config, which pulls in
-    torch._dynamo (1.4 s of CPU and ~150 MB per rank on torch 2.14) to set a flag that only torch.compile reads;
+    torch._dynamo on every rank (docs/PERFORMANCE.md gives the cost) to set a flag that only torch.compile reads;
     fedmpi compiles nothing. Where inductor is loaded already, or torch lacks the kernel-flag setter, the public
     call."""
     import torch
