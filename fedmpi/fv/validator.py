@@ -35,9 +35,10 @@ import torch
 import torch.distributed as dist
 
 from fedmpi import comm
-from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets  # noqa: F401 - importable from here too
-from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
+from fedmpi.fv import fv_runs
 from fedmpi.core.context import Context
+from fedmpi.fv import assign_sets, needs_validation_sets  # noqa: F401 - importable from here too
+from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.comm.topology import SERVER
