@@ -57,8 +57,8 @@ def cpu_sets(others: int, validators: int) -> str:
 
 def run(repo: Path, out: Path, name: str, rounds: int, extra: list[str], pin: int = 0) -> dict:
     """pin: 0, or the number of validator ranks whose cores the other ranks must leave free (--pin)."""
-    steps = 40  # demo: K=10, so 4 rounds per epoch
-    overrides = [f"optim.steps_per_epoch={steps}", f"optim.epochs={max(1, rounds * 10 // steps)}",
+    steps = 40  # K=10 (set here, whatever the demo's K), so 4 rounds per epoch
+    overrides = ["fed.K=10", f"optim.steps_per_epoch={steps}", f"optim.epochs={max(1, rounds * 10 // steps)}",
                  "optim.milestones=[]", "eval.every=0", f"data.root={out / 'data'}", *extra]
     trace = out / f"{name}-trace"
     world, others = world_size(repo, overrides), world_size(repo, [*overrides, "fv.enabled=false"])

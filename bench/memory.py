@@ -1,10 +1,12 @@
 """Benchmark (issue 23): memory of the README's headline run, per role and in all, under a watchdog.
 
-    python -m bench.memory [--baseline DIR] [--ranks 17|5] [--limit-gb 18] [--out /tmp/bench_memory] [KEY=VALUE ...]
+    python -m bench.memory [--baseline DIR] [--ranks 17|5] [--config FILE] [--limit-gb 18] [--out /tmp/bench_memory]
+                           [KEY=VALUE ...]
 
 Runs `mpirun -n 17 python -m fedmpi.run optim.batch_size=8 optim.epochs=1 optim.steps_per_epoch=8 fed.K=2
 optim.milestones=[]` (the paper's 3-party 8/4/4 layout with its defaults; `--ranks 5`: the same parties on
-2/1/1 ranks; extra KEY=VALUE overrides are added) with every rank wrapped in bench/memory_probe.py, once for
+2/1/1 ranks; `--config FILE`: that config's layout and batch, e.g. configs/demo_cpu.yaml, with the same short
+schedule; extra KEY=VALUE overrides are added) with every rank wrapped in bench/memory_probe.py, once for
 this checkout and, with `--baseline DIR` (e.g. `git worktree add /tmp/before main`), once for that one first.
 A watchdog samples the job (mpirun and every process under it, DataLoader workers included) every 0.2 s and
 ends it (SIGKILL to each of its processes) when its summed anonymous memory passes --limit-gb or the machine's
@@ -20,7 +22,9 @@ during the rounds the gradients and what the peak adds beyond them (activations,
 the peak; apart, what a rank reads from the copy its party's ranks share on the node (Θ, PFM's M: not anonymous,
 counted once per node). Then for the whole job: the sum of the ranks' peaks, the peak of the job's summed
 anonymous memory plus the node-shared memory (the machine's Shmem above its start) and of the machine's used
-memory above what it was before the launch. Prints figures, asserts nothing.
+memory above what it was before the launch; and beside them the launch check's estimate (fedmpi/memory/model.py)
+for the same config and layout, per role and in all, with its ratio to the measured peak. Prints figures, asserts
+nothing.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ from jobs.mpirun import mpi_env, mpirun_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "bench" / "memory_probe.py"
-HEADLINE = ["optim.batch_size=8", "optim.epochs=1", "optim.steps_per_epoch=8", "fed.K=2", "optim.milestones=[]"]
+SHORT = ["optim.epochs=1", "optim.steps_per_epoch=8", "fed.K=2", "optim.milestones=[]"]
+HEADLINE = ["optim.batch_size=8", *SHORT]
 LAYOUTS = {17: [], 5: ["parties.ms1m.ranks=2", "parties.ga.ranks=1", "parties.vgg.ranks=1"]}
 GB = 1024 ** 3
 
@@ -115,10 +120,51 @@ class Watchdog:
             time.sleep(self.every_s)
 
 
+def run_arguments(args) -> list[str]:
+    """fedmpi.run's arguments: the headline's (with --ranks' layout) or --config's, then the extra overrides."""
+    if args.config:
+        return ["--config", str(args.config), *SHORT, *args.overrides]
+    return [*HEADLINE, *LAYOUTS[args.ranks], *args.overrides]
+
+
+def world_size(args) -> int:
+    if not args.config:
+        return args.ranks
+    from fedmpi.comm.topology import build_layout
+    from fedmpi.config import load_config
+
+    return build_layout(load_config(args.config, [*SHORT, *args.overrides])).world_size
+
+
+def estimate_lines(args, job_peak: float) -> list[str]:
+    """The launch check's estimate for this config on this node, per role and in all, against the measured peak."""
+    from fedmpi.comm.topology import build_layout
+    from fedmpi.config import load_config
+    from fedmpi.memory.available import torch_build
+    from fedmpi.memory.model import MB, estimate, place_shared
+
+    run_args = run_arguments(args)
+    config = run_args[1] if run_args[0] == "--config" else None
+    cfg = load_config(config, [a for a in run_args if "=" in a and not a.startswith("--")])
+    layout = build_layout(cfg)
+    nodes = ["this node"] * layout.world_size
+    need = place_shared(estimate(cfg, layout, "cpu", torch_build()), layout, nodes)
+    total = need.node_host(nodes)["this node"]
+    by_role: dict[str, list[float]] = {}
+    for rank in need.ranks:
+        role = "server" if rank.role == "server" else rank.role.split(":")[0]
+        by_role.setdefault(role, []).append(rank.host_total / MB)
+    roles = ", ".join(f"{role} {sum(v) / len(v):.0f} MB" for role, v in by_role.items())
+    ratio = f"{total / job_peak:.2f}" if job_peak else "n/a"
+    return [f"    estimate (fedmpi.memory, {torch_build()} build of torch): {total / GB:.2f} GB in all "
+            f"(node-shared {sum(need.shared.values()) / GB:.2f} GB); per rank {roles}; estimate / measured job peak "
+            f"= {ratio}"]
+
+
 def launch(repo: Path, ranks: int, overrides: list[str], out: Path, name: str, args) -> dict:
     probe_dir = out / f"probe-{name}"
     cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(ranks), sys.executable, str(PROBE),
-           str(probe_dir), "-m", "fedmpi.run", *HEADLINE, *LAYOUTS[ranks], *overrides,
+           str(probe_dir), "-m", "fedmpi.run", *run_arguments(args),
            f"data.root={out / (f'data-{name}' if args.fresh_data else 'data')}", f"log.dir={out / 'runs'}",
            f"log.name={name}"]
     started = time.time()
@@ -189,6 +235,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout to measure first (before)")
     parser.add_argument("--ranks", type=int, default=17, choices=sorted(LAYOUTS))
+    parser.add_argument("--config", type=Path, default=None,
+                        help="measure this config's layout and batch (its world size) instead of the headline's")
     parser.add_argument("--limit-gb", type=float, default=18.0, help="stop the job past this summed anonymous memory")
     parser.add_argument("--min-available-gb", type=float, default=3.0,
                         help="stop the job when the machine has less memory available than this")
@@ -199,12 +247,14 @@ def main() -> int:
     args = parser.parse_args()
     repos = {"after": ROOT} if args.baseline is None else {"before": args.baseline.resolve(), "after": ROOT}
     stamp = time.strftime("%H%M%S")
-    print(f"mpirun -n {args.ranks} python -m fedmpi.run {' '.join([*HEADLINE, *LAYOUTS[args.ranks], *args.overrides])}"
+    ranks = world_size(args)
+    print(f"mpirun -n {ranks} python -m fedmpi.run {' '.join(run_arguments(args))}"
           f"  ({os.cpu_count()} cores, {meminfo()['MemTotal'] / GB:.1f} GB, load "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", flush=True)
     for label, repo in repos.items():
-        run = launch(repo, args.ranks, args.overrides, args.out, f"{label}-{args.ranks}-{stamp}", args)
+        run = launch(repo, ranks, args.overrides, args.out, f"{label}-{ranks}-{stamp}", args)
         print("\n".join(report(f"{label} ({repo.name})", run)), flush=True)
+    print("\n".join(estimate_lines(args, run["watchdog"].peak_job)), flush=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Entry point: `mpirun -n 17 python -m fedmpi.run [--config F] [key=value ...]`.
 
-Every rank parses the config and checks the layout against the MPI world size before anything else; then the
+Every rank parses the config and checks the layout against the MPI world size before anything else, and its
+estimated memory against what its nodes have (fedmpi/memory, run.memory_check); then the
 missing synthetic sets are generated (by several ranks at once, fedmpi/data/preparation.py), rank 0 checks and
 describes the data, torch.distributed is set up through MPI, and each rank runs its role inside the failure
 guard.
@@ -21,6 +22,7 @@ from fedmpi.comm import control, nodes
 from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
+from fedmpi.memory.check import check_memory
 from fedmpi.comm.topology import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
@@ -142,7 +144,8 @@ def main(argv=None) -> int:
             return 0
         layout = build_layout(cfg)
         check_world_size(layout, mpi.Get_size())
-        nodes.survey(mpi)  # every rank's node, local rank and address; a node that cannot take part is named here
+        places = nodes.survey(mpi)  # every rank's node, local rank and address; a node that cannot take part is named
+        check_memory(cfg, layout, mpi, places)  # a layout that cannot fit its nodes' memory ends here, before torch
         run_dir, created = on_root(mpi, lambda: choose_run_dir(cfg, args.resume))
         from fedmpi.store.checkpoint import configure_determinism, find_resume_point
         resume = on_root(mpi, lambda: find_resume_point(args.resume, cfg, layout, run_dir,

@@ -108,6 +108,7 @@ def make_sweep(root: Path) -> Path:
             kwargs["nan_parties"] = ["ms1m", "ga"]
         elif algorithm == "solo":
             kwargs["log_parties"] = [overrides[0].split("=")[1]]
+        overrides = ["optim.steps_per_epoch=40", "fed.K=10", *overrides]   # the settings' K on 6 x 40 steps
         if folder.startswith("k20"):
             overrides = [*overrides, "optim.epochs=12"]   # 12 x 40 steps = 24 rounds of K = 20
         log = write_log(root / "runs" / folder / "log.h5", algorithm=algorithm, overrides=overrides, seed=seed,

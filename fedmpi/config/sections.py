@@ -186,6 +186,8 @@ class FVConfig:
     placement: str = "server"        # server | dedicated
     validators: int = 1              # dedicated validator ranks
     iterations_per_round: int = 0    # > 0: deterministic mode, exactly this many FV iterations per round
+    pairs_per_set: int = 0           # 0: a candidate is scored on every pair of a set's FV folds (the paper); N >= 10:
+                                     # on a fixed subset of N of them (fv/pair_subset.py); evaluation keeps all its pairs
 
     def validate(self, cfg: "Config", fail) -> None:
         if self.enabled and cfg.fed.setting != "federated":
@@ -200,6 +202,9 @@ class FVConfig:
             fail("fv.eps", f"must be > 0, got {self.eps}")
         if self.iterations_per_round < 0:
             fail("fv.iterations_per_round", f"must be >= 0, got {self.iterations_per_round}")
+        if self.pairs_per_set != 0 and self.pairs_per_set < 10:
+            fail("fv.pairs_per_set", f"must be 0 (every FV pair) or >= 10 (two pairs per FV fold), got "
+                                     f"{self.pairs_per_set}")
 
 
 @dataclass
@@ -270,6 +275,8 @@ class RunConfig:
     save_final: str = ""             # write the final global backbone (flat, .pt) here
     collective_timeout_s: float = 600.0
     share_node_memory: bool = True   # CPU: a party's ranks on a node hold one copy of Θ and PFM's M (MPI-3 memory)
+    memory_check: bool = True        # refuse at launch, in one line, a layout whose estimated peak does not fit its
+                                     # nodes' (GPUs') memory, naming the override that fits (fedmpi/memory)
 
     def validate(self, cfg: "Config", fail) -> None:
         if not self.collective_timeout_s >= 10:

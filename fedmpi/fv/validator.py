@@ -37,6 +37,8 @@ from fedmpi import comm
 from fedmpi.comm import p2p
 from fedmpi.fv import fv_runs
 from fedmpi.core.context import Context
+from fedmpi.fv import assign_sets, needs_validation_sets  # noqa: F401 - importable from here too
+from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.comm.topology import SERVER
@@ -46,19 +48,6 @@ TAG_REPLY = 7302
 SCORE, EVALUATE, STOP = "score", "evaluate", "stop"
 CONTROL_WORDS = (SCORE, EVALUATE, STOP)
 TRACE_ENV = "FEDMPI_VALIDATOR_TRACE"
-
-
-def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:
-    """Round-robin: validator k owns val_sets[k], val_sets[k + n], ... (n = number of validator ranks)."""
-    if validators > len(val_sets):
-        raise ValueError(f"fv.validators: {validators} dedicated validators for {len(val_sets)} validation sets "
-                         f"({', '.join(val_sets)}); every validator needs at least one set")
-    return [list(val_sets[k::validators]) for k in range(validators)]
-
-
-def needs_validation_sets(cfg) -> bool:
-    """Whether anything in the run reads the validation sets: FV, or held-out evaluation (eval.every > 0)."""
-    return not cfg.cross_device and (fv_runs(cfg) or cfg.eval.every > 0)
 
 
 def prepare_validation_data(cfg) -> dict[str, Path]:
@@ -82,6 +71,7 @@ class Validator:
         self._encoded = {name: (paths[name], *read_pairs(paths[name])) for name in self.names}
         self._evaluators: dict = {}
         self._fv_pairs: dict[str, np.ndarray] = {}
+        self._fv_subsets: set[str] = set()   # the sets scored on a subset of their FV pairs (fv.pairs_per_set)
         self.backbone = build_backbone(cfg, device, dtype)
         self.state = BackboneState(self.backbone)
 
@@ -96,18 +86,18 @@ class Validator:
             images = decode_pairs(path, encoded, cfg.data.image_size)
             evaluator = Evaluator({name: (images, issame)}, fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size,
                                   device=self.device)
-            self._fv_pairs[name] = self._fv_pair_indices(evaluator)
+            self._fv_pairs[name] = self._fv_pair_indices(evaluator, name)
+            if len(self._fv_pairs[name]) < len(fv_fold_pairs(len(issame), evaluator.fv_folds, evaluator.n_folds)):
+                self._fv_subsets.add(name)
             self._evaluators[name] = evaluator
         return self._evaluators[name]
 
-    @staticmethod
-    def _fv_pair_indices(evaluator) -> np.ndarray:
-        from fedmpi.metrics.verification import fold_slices, split_fv_folds
-
-        fv_folds, _ = split_fv_folds(evaluator.fv_folds, evaluator.n_folds)
+    def _fv_pair_indices(self, evaluator, name: str) -> np.ndarray:
+        """The pairs FV scores a candidate on: every pair of the FV folds, or the fixed subset of
+        fv.pairs_per_set of them (fv/pair_subset.py)."""
         (_, issame), = evaluator.sets.values()
-        slices = fold_slices(len(issame), evaluator.n_folds)
-        return np.concatenate([np.arange(slices[f].start, slices[f].stop) for f in fv_folds])
+        return fv_pair_subset(issame, evaluator.fv_folds, evaluator.n_folds, self.cfg.fv.pairs_per_set,
+                              self.cfg.run.seed, name)
 
     def load(self, flat: torch.Tensor) -> None:
         if flat.numel() != self.state.numel:
@@ -115,8 +105,9 @@ class Validator:
         self.state.write(flat)
 
     def score_set(self, name: str) -> float:
-        """FV score of the loaded backbone on one set. Only the FV folds' pairs are embedded: the held-out
-        half is not needed, and its placeholder scores are never read by the FV-fold accuracy."""
+        """FV score of the loaded backbone on one set. Only the FV folds' pairs are embedded (or the subset of
+        them, fv.pairs_per_set): the held-out half is not needed, and its placeholder scores are never read by
+        the FV-fold accuracy."""
         from fedmpi.metrics.embed import embed_images, pair_scores
 
         evaluator = self.evaluator(name)
@@ -124,6 +115,9 @@ class Validator:
         pairs = self._fv_pairs[name]
         image_index = torch.from_numpy(np.stack([2 * pairs, 2 * pairs + 1], 1).reshape(-1))
         embeddings = embed_images(self.backbone, images[image_index], evaluator.batch_size, evaluator.device)
+        if name in self._fv_subsets:   # a subset of the FV folds: the same rule on its 5 folds
+            return float(subset_fv_accuracy(pair_scores(embeddings), issame[pairs], evaluator.n_folds // 2,
+                                            evaluator.thresholds))
         scores = np.zeros(len(issame))
         scores[pairs] = pair_scores(embeddings)
         return float(evaluator.fv_scores({name: scores})[name])

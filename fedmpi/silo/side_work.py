@@ -6,6 +6,7 @@ The validators (and a hosted Validator with its validation sets) exist only when
 How many FV iterations a round gets:
   - deterministic mode (fv.iterations_per_round = n > 0): exactly n, started and completed within the round's
     wait whatever the timing (reproducible runs; trainers wait when n iterations take longer than K steps);
+    a due evaluation then advances a set at a time until the uploads are in (its figures do not depend on when);
   - otherwise: as many as fit. Side work advances one small step at a time (a reply received from a dedicated
     validator, or one hosted set scored), and the server aggregates as soon as the uploads are in; an
     iteration in flight then carries on in the next round's wait with its own θ' (the paper's asynchronous
@@ -58,10 +59,15 @@ class SideWork:
             self.fv.completed_in_round = 0
         n = self.cfg.fv.iterations_per_round
         if n > 0:
-            self.flush_evaluations()
             if self.fv is not None and self.fv.ready:
                 for _ in range(n):
                     self.fv.run_iteration(r)
+            # then a due evaluation, one set at a time while the uploads travel: what is left carries on in the
+            # next rounds (Θ was kept when it was scheduled), so the trainers wait for one set at most
+            backoff = Backoff()
+            while not complete() and self.evaluation is not None and self.evaluation.busy:
+                self.evaluation.step()
+                backoff.after(self.pool.progress())
             return
         # naps that back off while nothing moves: a few dozen wake-ups a second rather than a flat 2 ms's 500,
         # at most MAX_NAP_S late for the uploads

@@ -1,0 +1,130 @@
+"""The launch's memory check (`run.memory_check`, on by default): before any rank imports torch, every rank's peak
+is estimated (model.py) and added up per node (and, on GPUs, per GPU); a layout that does not fit is refused in
+one line that says the estimate, what the node has and the override that would fit, e.g. optim.batch_size=8.
+
+Fits: the estimate is at most FIT_SHARE of what the node (or GPU) has, room for the estimate's error (within 25 %
+of bench/memory.py's measured peaks) and for what else the node runs. `run.memory_check=false` skips the check;
+the cross-device setting (McMahan's CNN on CIFAR, a few hundred MB a rank) is not checked."""
+from __future__ import annotations
+
+import copy
+
+from fedmpi.config import ConfigError
+from fedmpi.memory.available import gpu_present, node_available, own_gpu_free, torch_build
+from fedmpi.memory.model import estimate, place_shared
+
+GB = 1024 ** 3
+FIT_SHARE = 0.9
+SMALLEST_BATCH = 1
+
+
+def run_device(cfg) -> str:
+    """Where the ranks' tensors will live: cuda when asked, or (auto) when this node has a GPU and torch's CUDA build."""
+    if cfg.run.device in ("cpu", "cuda"):
+        return cfg.run.device
+    return "cuda" if gpu_present() and torch_build() == "cuda" else "cpu"
+
+
+def _places(cfg, layout, nodes, gpus_of, available, gpu_room, device, build) -> tuple[dict, dict, object]:
+    """({place: estimated bytes}, {place: bytes it has}, the LayoutNeed) for every node, and every GPU on cuda;
+    a place is 'node N (k ranks)' or 'GPU g of node N (k ranks)'."""
+    need = place_shared(estimate(cfg, layout, device, build), layout, nodes)
+    totals, rooms = {}, {}
+    for node, total in sorted(need.node_host(nodes).items()):
+        place = f"node {node} ({nodes.count(node)} ranks)"
+        totals[place], rooms[place] = total, available.get(node)
+    if device == "cuda" and gpu_room:
+        per_gpu: dict[tuple[str, int], float] = {}
+        for rank_need in need.ranks:
+            key = gpus_of[rank_need.rank]
+            per_gpu[key] = per_gpu.get(key, 0.0) + rank_need.gpu_total
+        for (node, gpu), total in sorted(per_gpu.items()):
+            free = gpu_room.get(node) or []
+            place = f"GPU {gpu} of node {node} ({gpus_of.count((node, gpu))} ranks)"
+            totals[place], rooms[place] = total, (free[gpu] if gpu < len(free) else None)
+    return totals, rooms, need
+
+
+def _first_misfit(totals: dict, rooms: dict) -> str | None:
+    return next((place for place, total in totals.items()
+                 if rooms.get(place) is not None and total > FIT_SHARE * rooms[place]), None)
+
+
+def judge(cfg, layout, nodes: list[str], local_ranks: list[int], available: dict[str, int | None],
+          gpu_room: dict[str, list[int]] | None = None, device: str = "cpu", build: str = "cuda") -> str | None:
+    """The refusal line for `layout` under `cfg`, or None when it fits. nodes[r], local_ranks[r]: rank r's node
+    and index on it; available: {node: bytes} (None: unknown, not checked); gpu_room: {node: free bytes per GPU}."""
+    available = {k: v for k, v in available.items() if v is not None}
+    gpu_count = {node: len(free) for node, free in (gpu_room or {}).items()}
+    gpus_of = [(node, local % gpu_count[node]) if gpu_count.get(node) else (node, 0)
+               for node, local in zip(nodes, local_ranks)]
+    totals, rooms, need = _places(cfg, layout, nodes, gpus_of, available, gpu_room, device, build)
+    where = _first_misfit(totals, rooms)
+    if where is None:
+        return None
+    batch = cfg.optim.batch_size
+    trainer = next((r for r in need.ranks if r.role.startswith("trainer")), None)
+    detail = ""
+    if trainer is not None:
+        parts = trainer.gpu if where.startswith("GPU") else trainer.host
+        total = trainer.gpu_total if where.startswith("GPU") else trainer.host_total
+        detail = f"; a trainer rank {total / GB:.2f} GB"
+        if parts.get("activations"):
+            detail += (f", of it activations {parts['activations'] / GB:.2f} GB at optim.batch_size={batch}, "
+                       f"{cfg.data.image_size} px")
+    line = (f"run.memory_check: this layout needs about {totals[where] / GB:.1f} GB on {where}{detail}; "
+            f"it has {rooms[where] / GB:.1f} GB available")
+    override = fitting_override(cfg, layout, nodes, gpus_of, available, gpu_room, device, build)
+    line += (f"; {override[0]} fits (about {override[1][where] / GB:.1f} GB there)" if override
+             else "; even optim.batch_size=1 does not fit: use more nodes or fewer ranks per node")
+    return line + "; run.memory_check=false starts it anyway"
+
+
+def fitting_override(cfg, layout, nodes, gpus_of, available, gpu_room, device, build) -> tuple[str, dict] | None:
+    """(the first override, in this order, that makes the layout fit, and the estimates with it): data.workers=0
+    (where workers are forked), then the batch halved until it fits (with workers 0 where a node was short)."""
+    trial = copy.deepcopy(cfg)
+    changes = []
+    if cfg.data.loader_workers(device) > 0:
+        totals, rooms, _ = _places(cfg, layout, nodes, gpus_of, available, gpu_room, device, build)
+        node_short = _first_misfit({p: t for p, t in totals.items() if p.startswith("node")}, rooms)
+        trial.data.workers = 0
+        totals, rooms, _ = _places(trial, layout, nodes, gpus_of, available, gpu_room, device, build)
+        if _first_misfit(totals, rooms) is None:
+            return "data.workers=0", totals
+        if node_short:
+            changes.append("data.workers=0")
+        else:   # only a GPU is short: the workers' host memory is not the trouble
+            trial.data.workers = cfg.data.workers
+    batch = cfg.optim.batch_size // 2
+    while batch >= SMALLEST_BATCH:
+        trial.optim.batch_size = batch
+        totals, rooms, _ = _places(trial, layout, nodes, gpus_of, available, gpu_room, device, build)
+        if _first_misfit(totals, rooms) is None:
+            return " ".join([*changes, f"optim.batch_size={batch}"]), totals
+        batch //= 2
+    return None
+
+
+def check_memory(cfg, layout, mpi, places) -> None:
+    """Every rank: read its node's memory (the node's first rank) and its GPU's free memory (on cuda), gather them,
+    and raise the same ConfigError on every rank when the layout does not fit (a collective of MPI_COMM_WORLD).
+    places: comm.nodes.survey's."""
+    if not cfg.run.memory_check or cfg.cross_device:   # the cross-device runs' CNN on CIFAR is not modelled (small)
+        return
+    device = run_device(cfg)
+    place = places[mpi.Get_rank()]
+    mine = (node_available() if place.local_rank == 0 else None,
+            own_gpu_free(place.local_rank) if device == "cuda" else None)
+    gathered = mpi.allgather(mine)
+    nodes = [p.node for p in places]
+    available = {nodes[r]: room for r, (room, _) in enumerate(gathered) if places[r].local_rank == 0}
+    gpu_room: dict[str, list] = {}
+    for r, (_, gpu) in enumerate(gathered):
+        if gpu is not None:   # the least any rank on that GPU saw (the later ones see the others' contexts)
+            count, index, free = gpu
+            room = gpu_room.setdefault(nodes[r], [None] * count)
+            room[index] = free if room[index] is None else min(room[index], free)
+    problem = judge(cfg, layout, nodes, [p.local_rank for p in places], available, gpu_room, device, torch_build())
+    if problem:
+        raise ConfigError(problem)

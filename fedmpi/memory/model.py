@@ -1,0 +1,224 @@
+"""Each rank's peak memory for a layout, from the config alone (no torch, nothing built): the model bench/memory.py
+measures, part by part (docs/ARCHITECTURE.md, "Memory per rank", says why each part is kept).
+
+A rank's parts, in bytes (b: bytes per value of run.dtype; D: the backbone's flat state, n of it trainable):
+  torch        anonymous memory of `import torch` (the CUDA build's or the CPU build's)
+  runtime      the rest a rank holds before its rounds: interpreter, MPI and gloo, Python objects, the data index
+  model        D·b, and the gradients n·b during a step (a multi-rank party's gradient buffer on CPU, n·b)
+  payloads     what a trainer receives and sends: the global payload (D + k_down·n)·b, on CPU once per party and
+               node (node-shared, counted on the node, not the rank); the up payloads k_up·n·b (and θ_i's D·b
+               on a GPU leader: on CPU the leader's model lives in its upload)
+  rule state   the rule's trainer state (PFM's M: n, node-shared on CPU; local momentum, SCAFFOLD's c_i: n each)
+  classifier   the party's classes on this rank x embedding: weights, momentum, gradients
+  activations  a step's saved activations and transient buffers, per image x the batch (ACTIVATION_FACTOR x the
+               values of every feature map of the forward pass, in b-byte values), the logits, and
+               STEP_TRANSIENT_MB whatever the batch
+  workers      data.workers forked copies of the rank (WORKER_MB each)
+  server       Θ and the down payloads, the uploads' rows (twice with FV: θ' is read while the next land), the
+               mean of a rule with its own server update, the server optimizer's state
+  validation   the hosted or dedicated validator's sets (decoded images, pairs x 2 x 3 x size²) and its
+               backbone, and an evaluation batch's largest feature maps (no gradients)
+On a GPU (run.device cuda) the tensors are the GPU's: model, payloads, rule state, classifier, activations, server
+and validation then count against the GPU a rank runs on, the rest against its node.
+The constants were measured with bench/memory.py on the demo, the 17-rank batch-8 headline and the 12-party layout
+(CUDA build of torch 2.14.1, glibc malloc as fedmpi.run tunes it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MB = 1024 ** 2
+TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
+RUNTIME_MB = {"server": 60.0, "trainer": 50.0, "validator": 50.0}
+ACTIVATION_FACTOR = 0.80                        # a step's peak over the forward's feature-map values (IR-18 112 px)
+STEP_TRANSIENT_MB = 25.0                        # what a step holds beyond them whatever the batch (allocator, logits)
+EVAL_LIVE_MAPS = 3                              # no-grad embedding: a batch, its flip and the largest output live
+WORKER_MB = 660.0                               # a forked DataLoader worker once Python touched its pages (CPU)
+CUDA_CONTEXT_MB = 300.0                         # a CUDA context on its GPU
+STAGE_BLOCKS = {"ir18": (2, 2, 2, 2), "ir34": (3, 4, 6, 3), "ir50": (3, 4, 14, 3), "ir100": (3, 13, 30, 3)}
+STAGE_CHANNELS = (64, 128, 256, 512)
+DTYPE_BYTES = {"float32": 4, "float64": 8}
+# per rule: (up payloads, down payloads, trainer-state tensors of n values, server-state tensors of n values);
+# tests/test_memory_model.py checks these against the rules themselves
+RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
+                "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
+                "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1)}
+SERVER_AVERAGES = {"fedavg", "pfm", "fedprox"}   # the server step is the average itself: no separate mean
+NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
+
+
+def stage_channels(width: float) -> list[int]:
+    return [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
+
+
+def backbone_size(backbone: str, width: float, embedding_size: int, image_size: int) -> tuple[int, int]:
+    """(D, n): the IResNet's flat state (parameters and float buffers) and its trainable values
+    (models/iresnet.py: BatchNorm keeps weight, bias, running mean and variance; the embedding BN's scale is frozen)."""
+    channels = stage_channels(width)
+    trainable = 3 * channels[0] * 9 + 3 * channels[0]           # conv1, bn1 (2), prelu
+    buffers = 2 * channels[0]
+    c_in = channels[0]
+    for c, blocks in zip(channels, STAGE_BLOCKS[backbone]):
+        for i in range(blocks):
+            trainable += 2 * c_in + c_in * c * 9 + 3 * c + c * c * 9 + 2 * c   # bn1, conv1, bn2, prelu, conv2, bn3
+            buffers += 2 * c_in + 2 * c + 2 * c
+            if i == 0:
+                trainable += c_in * c + 2 * c                     # the shortcut's 1x1 conv and BN
+                buffers += 2 * c
+            c_in = c
+    spatial = (image_size // 16) ** 2
+    trainable += 2 * c_in + c_in * spatial * embedding_size + embedding_size + embedding_size  # bn2, fc, features.bias
+    buffers += 2 * c_in + 2 * embedding_size
+    frozen = embedding_size                                       # features.weight
+    return trainable + frozen + buffers, trainable
+
+
+def feature_map_values(backbone: str, width: float, embedding_size: int, image_size: int) -> tuple[int, int]:
+    """(every forward output's values, the largest one's) per image."""
+    channels = stage_channels(width)
+    size = image_size
+    total = 3 * channels[0] * size * size                         # conv1, bn1, prelu
+    largest = channels[0] * size * size
+    c_in = channels[0]
+    for c, blocks in zip(channels, STAGE_BLOCKS[backbone]):
+        for i in range(blocks):
+            out = size // 2 if i == 0 else size
+            total += c_in * size * size + 3 * c * size * size + 3 * c * out * out   # bn1; conv1, bn2, prelu; conv2, bn3, +
+            if i == 0:
+                total += 2 * c * out * out                         # the shortcut
+            largest = max(largest, c * size * size)
+            size, c_in = out, c
+    total += c_in * size * size + 2 * embedding_size
+    return total, largest
+
+
+@dataclass
+class RankNeed:
+    """One rank's estimated peak, by part (bytes): `host` against its node's memory, `gpu` against its GPU's."""
+    rank: int
+    role: str
+    host: dict[str, float] = field(default_factory=dict)
+    gpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def host_total(self) -> float:
+        return sum(self.host.values())
+
+    @property
+    def gpu_total(self) -> float:
+        return sum(self.gpu.values())
+
+
+@dataclass
+class LayoutNeed:
+    """Every rank's need and what a party's ranks on one node share once (CPU): {(party, node): bytes}."""
+    ranks: list[RankNeed]
+    shared: dict[tuple[str, str], float]
+    shared_bytes_per_party: dict[str, float]
+
+    def node_host(self, nodes: list[str]) -> dict[str, float]:
+        """{node: bytes}: its ranks' host parts and each of its parties' shared copy."""
+        out: dict[str, float] = {}
+        for need in self.ranks:
+            out[nodes[need.rank]] = out.get(nodes[need.rank], 0.0) + need.host_total
+        for (_, node), value in self.shared.items():
+            out[node] = out.get(node, 0.0) + value
+        return out
+
+
+def party_classes(cfg, party) -> int:
+    """A party's identities (its classifier's classes) where the config says them: synthetic data; 0 otherwise."""
+    total = 0
+    for spec in party.specs:
+        if spec.kind == "synthetic":
+            total += math.ceil(spec.identities / spec.split_count)
+    return total
+
+
+def validation_image_bytes(cfg, sets: int) -> float:
+    """Decoded validation images of `sets` synthetic-sized sets: pairs x 2 images x 3 x size² bytes, with their
+    encoded copy (read at start, kept until first use: about a fifth of the decoded)."""
+    pairs = 10 * cfg.data.val_pairs_per_fold
+    return sets * pairs * 2 * 3 * cfg.data.image_size ** 2 * 1.2
+
+
+def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None) -> LayoutNeed:
+    """Every rank's peak for `layout` under `cfg` on `device` (cpu | cuda); workers: DataLoader workers per trainer
+    rank (None: what data.workers gives on that device)."""
+    from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets
+
+    m, b = cfg.model, DTYPE_BYTES[cfg.run.dtype]
+    D, n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
+    values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
+    rule = cfg.fed.algorithm
+    k_up, k_down, trainer_state, server_state = RULE_TENSORS.get(rule, (0, 0, 0, 0))
+    if cfg.fed.local_momentum:
+        trainer_state += 1
+    gpu = device == "cuda"
+    shared_on_node = cfg.run.share_node_memory and not gpu and not cfg.cross_device
+    if workers is None:
+        workers = cfg.data.loader_workers(device)
+    batch = cfg.optim.batch_size
+    base = lambda role: {"torch": TORCH_MB[torch_build] * MB, "runtime": RUNTIME_MB[role] * MB}
+    ranks: list[RankNeed] = []
+    shared_per_party: dict[str, float] = {}
+
+    validating = needs_validation_sets(cfg)
+    dedicated = list(layout.validators)
+    sets = len(cfg.data.val_sets)
+    eval_transient = EVAL_LIVE_MAPS * cfg.eval.batch_size * largest * b
+
+    def validation(n_sets: int) -> float:
+        return D * b + validation_image_bytes(cfg, n_sets) + eval_transient
+
+    # the server
+    P = len(layout.parties)
+    D_up = D + k_up * n
+    server = {"server": ((D + k_down * n) + P * D_up * (2 if fv_runs(cfg) else 1)
+                         + (0 if rule in SERVER_AVERAGES else D_up) + server_state * n) * b}
+    if validating and not dedicated:
+        server["validation"] = validation(sets)
+    need = RankNeed(0, "server", base("server"))
+    (need.gpu if gpu else need.host).update(server)
+    ranks.append(need)
+
+    for party in layout.parties:
+        classes = party_classes(cfg, party)
+        size = len(party.ranks)
+        classes_here = math.ceil(classes / size) if m.classifier != "replicated" and size > 1 else classes
+        received = (D + k_down * n) * b                       # the global payload
+        kept_state = trainer_state - (1 if rule in NODE_SHARED_STATE and shared_on_node else 0)
+        shared_per_party[party.name] = (received + (trainer_state - kept_state) * n * b) if shared_on_node else 0.0
+        for i, rank in enumerate(party.ranks):
+            tensors = {
+                "model": (D + n) * b,
+                "payloads": k_up * n * b + (D * b if gpu and i == 0 else 0) + (0 if shared_on_node else received),
+                "rule state": kept_state * n * b,
+                "classifier": 3 * classes_here * m.embedding_size * b,
+                "activations": batch * (ACTIVATION_FACTOR * values + 4 * classes_here) * b + STEP_TRANSIENT_MB * MB,
+            }
+            need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))
+            (need.gpu if gpu else need.host).update(tensors)
+            need.host["workers"] = workers * WORKER_MB * MB
+            ranks.append(need)
+
+    for rank, names in zip(dedicated, assign_sets(list(cfg.data.val_sets), len(dedicated)) if dedicated else []):
+        need = RankNeed(rank, "validator", base("validator"))
+        (need.gpu if gpu else need.host)["validation"] = validation(len(names))
+        ranks.append(need)
+    if gpu:
+        for need in ranks:
+            need.gpu["cuda context"] = CUDA_CONTEXT_MB * MB
+    shared: dict[tuple[str, str], float] = {}
+    return LayoutNeed(ranks, shared, shared_per_party)
+
+
+def place_shared(need: LayoutNeed, layout, nodes: list[str]) -> LayoutNeed:
+    """Fill need.shared: each party's node-shared copy once per node its ranks run on."""
+    need.shared = {}
+    for party in layout.parties:
+        if need.shared_bytes_per_party.get(party.name):
+            for node in sorted({nodes[r] for r in party.ranks}):
+                need.shared[(party.name, node)] = need.shared_bytes_per_party[party.name]
+    return need
