@@ -190,3 +190,47 @@ def test_search_rejects_bad_input():
         FVSearch(3, initial_w=[0.5, 0.5])
     with pytest.raises(ValueError, match="FV state is for 3 parties"):
         FVSearch(4).load_state_dict(search.state_dict())
+
+
+class RecordingValidator:
+    """A hosted validator that records which (word, set) it computes, in order."""
+
+    names = ["lfw", "cfp_fp"]
+
+    def __init__(self):
+        self.done = []
+        self.flat = None
+
+    def load(self, flat):
+        self.flat = flat
+
+    def score_set(self, name):
+        self.done.append(("score", name, float(self.flat[0])))
+        return 0.0
+
+    def evaluate_set(self, name):
+        self.done.append(("evaluate", name, float(self.flat[0])))
+        return {}
+
+
+@pytest.mark.parametrize("scores_first", [False, True])
+def test_a_hosted_validator_scores_fv_candidates_before_a_queued_evaluation_in_deterministic_fv(scores_first):
+    """Deterministic FV (fv.iterations_per_round > 0) blocks the round on its iterations: an evaluation posted
+    before them waits, and each set is computed on its own request's backbone either way."""
+    from fedmpi.fv.validator_client import HostedEndpoint, Request
+
+    validator = RecordingValidator()
+    endpoint = HostedEndpoint(validator, scores_first=scores_first)
+    evaluation = Request("evaluate", torch.tensor([1.0]), validator.names)
+    candidate = Request("score", torch.tensor([2.0]), validator.names)
+    endpoint.post(evaluation)
+    endpoint.progress()                        # one evaluation set computed before the FV iteration starts
+    endpoint.post(candidate)
+    while endpoint.progress():
+        pass
+    first = [("evaluate", "lfw", 1.0)]
+    if scores_first:
+        assert validator.done == first + [("score", "lfw", 2.0), ("score", "cfp_fp", 2.0), ("evaluate", "cfp_fp", 1.0)]
+    else:
+        assert validator.done == first + [("evaluate", "cfp_fp", 1.0), ("score", "lfw", 2.0), ("score", "cfp_fp", 2.0)]
+    assert candidate.done and evaluation.done

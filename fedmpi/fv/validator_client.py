@@ -30,11 +30,15 @@ class Request:
 
 
 class HostedEndpoint:
-    """Sets hosted on the server itself: each progress() step computes one set of the oldest request."""
+    """Sets hosted on the server itself: each progress() step computes one set of the oldest request, or, with
+    `scores_first`, of the oldest FV scoring request while there is one: in deterministic FV the trainers wait for
+    the round's FV iterations, so an evaluation queued before them must not hold them up (it runs beside the
+    uploads instead, on the Θ it was posted with, so its figures do not change)."""
 
-    def __init__(self, validator: Validator):
+    def __init__(self, validator: Validator, scores_first: bool = False):
         self.validator = validator
         self.names = validator.names
+        self.scores_first = scores_first
         self._queue: deque[tuple[Request, str]] = deque()
         self._loaded: Request | None = None
 
@@ -44,7 +48,10 @@ class HostedEndpoint:
     def progress(self) -> bool:
         if not self._queue:
             return False
-        request, name = self._queue.popleft()
+        index = next((i for i, (request, _) in enumerate(self._queue) if request.word == SCORE), 0) \
+            if self.scores_first else 0
+        request, name = self._queue[index]
+        del self._queue[index]
         if self._loaded is not request:
             self.validator.load(request.flat)
             self._loaded = request
@@ -121,7 +128,8 @@ class ValidatorPool:
             groups = assign_sets(val_sets, len(ctx.layout.validators))
             endpoints = [RemoteEndpoint(ctx, rank, names) for rank, names in zip(ctx.layout.validators, groups)]
         else:
-            endpoints = [HostedEndpoint(Validator(cfg, val_sets, ctx.device, ctx.dtype))]
+            endpoints = [HostedEndpoint(Validator(cfg, val_sets, ctx.device, ctx.dtype),
+                                        scores_first=cfg.fv.iterations_per_round > 0)]
         return cls(endpoints, val_sets)
 
     def post(self, word: str, flat: torch.Tensor) -> Request:
