@@ -12,6 +12,7 @@ placeholders and stay unchecked.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -145,7 +146,10 @@ class Checker:
         if head.startswith("slurm/") or head.startswith("tests/") and head.endswith(".py"):
             return issues, None, []
         if head == "tensorboard":
-            return issues + ([] if shutil.which("tensorboard") else ["tensorboard is not installed"]), None, []
+            # the venv's own bin first: `make test` runs the venv's python without activating it
+            venv_bin = str(Path(sys.executable).parent)
+            found = shutil.which("tensorboard", path=os.pathsep.join([venv_bin, os.environ.get("PATH", "")]))
+            return issues + ([] if found else ["tensorboard is not installed"]), None, []
         world = None
         if head == "mpirun":
             world, words = _mpirun_world(words)

@@ -107,6 +107,15 @@ def test_each_row_is_in_the_event_file_before_the_run_ends(tmp_path):
         log.close()
 
 
+def test_no_event_file_is_made_before_the_first_row(tmp_path):
+    """A start that fails before its first round removes the run folder it made: the mirror must not have left a
+    file there (the log itself takes its name at its first row)."""
+    writer = EventWriter(tmp_path, ["a"])
+    writer.row("rounds", 0, {"round": 0})          # a row without curves writes nothing either
+    writer.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_converter_refuses_what_is_not_a_log(tmp_path, capsys):
     (tmp_path / "log.h5").write_text("not hdf5")
     assert converter.cli(converter.main, [str(tmp_path)]) == 2

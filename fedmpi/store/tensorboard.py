@@ -43,15 +43,23 @@ def row_scalars(table: str, row: dict, parties: list[str]) -> list[tuple[str, fl
 
 class EventWriter:
     """Scalars into one TensorBoard event file in `folder`; flushed after every row, so that TensorBoard shows a
-    run as it goes."""
+    run as it goes. The file is made with the first row, as the log takes its name at its first row: a start that
+    fails before it leaves nothing behind in the run folder (which is then removed)."""
 
     def __init__(self, folder: str | Path, parties: list[str]):
         from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+        self.folder = Path(folder)
         self.parties = list(parties)
-        self.writer = EventFileWriter(str(folder), filename_suffix=FILE_SUFFIX)
+        self.writer = None
+
+    def _file(self):
+        if self.writer is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            self.writer = EventFileWriter(str(self.folder), filename_suffix=FILE_SUFFIX)
+        return self.writer
 
     def row(self, table: str, index: int, row: dict, wall_time: float | None = None) -> None:
         """Write one log row (index: its row number in its table)."""
@@ -60,10 +68,12 @@ class EventWriter:
             return
         summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=value)
                                        for tag, value in scalars])
-        self.writer.add_event(self._event(wall_time=time.time() if wall_time is None else wall_time,
-                                          step=row_step(table, index, row), summary=summary))
-        self.writer.flush()
+        writer = self._file()
+        writer.add_event(self._event(wall_time=time.time() if wall_time is None else wall_time,
+                                     step=row_step(table, index, row), summary=summary))
+        writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
