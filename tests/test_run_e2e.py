@@ -33,7 +33,7 @@ def test_17_rank_paper_layout_with_no_config(tmp_path):
 
 
 def test_demo_layout_loss_falls(tmp_path):
-    args = ["--config", "configs/demo_cpu.yaml", "optim.epochs=2", "optim.milestones=[]", "fv.enabled=false",
+    args = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.milestones=[]", "fv.enabled=false",
             "eval.every=0"]
     out, parties, rounds = run_and_read(tmp_path, 5, args)
     assert parties == ["ms1m", "ga", "vgg"]
