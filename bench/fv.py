@@ -1,4 +1,4 @@
-"""Benchmark (issues 4, 15): what Federated Validation costs and what it gets done, on the CPU demo (gloo).
+"""Benchmark: what Federated Validation costs and what it gets done, on the CPU demo (gloo).
 
     python -m bench.fv [--rounds 8] [--validators 2] [--hosted] [--pin] [--baseline DIR] [--out /tmp/bench_fv]
 

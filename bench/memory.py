@@ -1,4 +1,4 @@
-"""Benchmark (issue 23): memory of the README's headline run, per role and in all, under a watchdog.
+"""Benchmark: memory of the README's headline run, per role and in all, under a watchdog.
 
     python -m bench.memory [--baseline DIR] [--ranks 17|5] [--config FILE] [--limit-gb 18] [--out /tmp/bench_memory]
                            [KEY=VALUE ...]
