@@ -32,7 +32,7 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
     import torch
 
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
     from fedmpi.core.context import Context, Groups
     from fedmpi.silo.trainer import Trainer
 

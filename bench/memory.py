@@ -130,7 +130,7 @@ def run_arguments(args) -> list[str]:
 def world_size(args) -> int:
     if not args.config:
         return args.ranks
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
     from fedmpi.config import load_config
 
     return build_layout(load_config(args.config, [*SHORT, *args.overrides])).world_size
@@ -138,7 +138,7 @@ def world_size(args) -> int:
 
 def estimate_lines(args, job_peak: float) -> list[str]:
     """The launch check's estimate for this config on this node, per role and in all, against the measured peak."""
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
     from fedmpi.config import load_config
     from fedmpi.memory.available import torch_build
     from fedmpi.memory.model import MB, estimate, place_shared

@@ -15,7 +15,8 @@ import numpy as np
 
 from jobs.mpirun import mpirun
 
-from fedmpi.algorithms.registry import BASELINE, DEFAULT, RULES, method_label
+from fedmpi.algorithms.registry import BASELINE, DEFAULT, RULES
+from fedmpi.analysis.methods import method_label
 from fedmpi.store.h5log import LogReader
 
 

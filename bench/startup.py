@@ -79,7 +79,7 @@ def import_costs(python: str, repeats: int) -> list[str]:
 
 def roles(repo: Path, ranks: int) -> list[str]:
     out = subprocess.run([sys.executable, "-c", "import sys, json; from fedmpi.config import load_config; "
-                          "from fedmpi.comm.topology import build_layout; "
+                          "from fedmpi.layout import build_layout; "
                           "l = build_layout(load_config(sys.argv[1], sys.argv[2:])); "
                           "print(json.dumps([l.role(r).split(':')[0] for r in range(l.world_size)]))",
                           str(repo / "configs" / "demo_cpu.yaml"), *LAYOUTS[ranks]],

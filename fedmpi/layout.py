@@ -1,13 +1,100 @@
-"""`python -m fedmpi.layout [--config F] [key=val ...]`: print the rank layout a config needs, as JSON
-(used by the Slurm scripts to size their allocation)."""
+"""The rank plan: ranks -> roles. Rank 0 is the server; then each party's trainer ranks in config order; then
+dedicated validators. The layout depends on fed.setting: `centralized` merges all parties into one holding the union
+of their data (same ranks in all), `solo` keeps one party alone, `federated` keeps every party. Cross-device
+runs (clients.population > 0) have one group `clients` of clients.ranks trainer ranks, each training its share
+of the sampled clients.
+
+`python -m fedmpi.layout [--config F] [key=val ...]` prints the layout a config needs, as JSON (the Slurm scripts
+size their allocation with it)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
-from fedmpi.config import ConfigError, load_config
-from fedmpi.comm.topology import build_layout
+from fedmpi.config import Config, ConfigError, DataSpec, fv_runs, load_config
+
+SERVER = 0
+
+
+@dataclass(frozen=True)
+class Party:
+    index: int
+    name: str
+    ranks: tuple[int, ...]          # world ranks, the first is the party leader
+    specs: tuple[DataSpec, ...]     # more than one only for the centralized union
+
+    @property
+    def leader(self) -> int:
+        return self.ranks[0]
+
+
+@dataclass(frozen=True)
+class Layout:
+    parties: tuple[Party, ...]
+    validators: tuple[int, ...]     # dedicated validator ranks (empty: hosted on the server)
+
+    @property
+    def trainer_ranks(self) -> tuple[int, ...]:
+        return tuple(r for p in self.parties for r in p.ranks)
+
+    @property
+    def world_size(self) -> int:
+        return 1 + len(self.trainer_ranks) + len(self.validators)
+
+    def role(self, rank: int) -> str:
+        if rank == SERVER:
+            return "server"
+        if rank in self.validators:
+            return "validator"
+        return f"trainer:{self.party_of(rank).name}"
+
+    def party_of(self, rank: int) -> Party:
+        for p in self.parties:
+            if rank in p.ranks:
+                return p
+        raise KeyError(f"rank {rank} is not a trainer rank")
+
+    def describe(self) -> str:
+        parts = " + ".join(f"{p.name} {len(p.ranks)}" for p in self.parties)
+        text = f"1 server + {parts}"
+        if self.validators:
+            text += f" + {len(self.validators)} validator{'s' if len(self.validators) > 1 else ''}"
+        return text
+
+    def as_dict(self) -> dict:
+        return {"world": self.world_size, "server": 1,
+                "parties": {p.name: len(p.ranks) for p in self.parties},
+                "validators": len(self.validators)}
+
+
+def build_layout(cfg: Config) -> Layout:
+    setting = cfg.fed.setting
+    if cfg.cross_device:  # the virtual clients' trainer ranks (fedmpi.crossdevice), whatever the rule
+        groups = [("clients", cfg.clients.ranks, ())]
+    elif setting == "centralized":
+        groups = [("centralized", sum(p.ranks for p in cfg.parties), tuple(p.data for p in cfg.parties))]
+    elif setting == "solo":
+        groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties if p.name == cfg.fed.solo_party]
+    else:
+        groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties]
+    parties, next_rank = [], SERVER + 1
+    for i, (name, n, specs) in enumerate(groups):
+        parties.append(Party(i, name, tuple(range(next_rank, next_rank + n)), specs))
+        next_rank += n
+    validators = ()
+    if fv_runs(cfg) and cfg.fv.placement == "dedicated":
+        validators = tuple(range(next_rank, next_rank + cfg.fv.validators))
+    return Layout(tuple(parties), validators)
+
+
+def check_world_size(layout: Layout, world_size: int) -> None:
+    if world_size != layout.world_size:
+        raise ConfigError(
+            f"world size: this layout needs {layout.world_size} MPI ranks ({layout.describe()}), "
+            f"but the job has {world_size}; launch with mpirun -n {layout.world_size} or change "
+            f"parties.NAME.ranks")
 
 
 def main(argv=None) -> int:

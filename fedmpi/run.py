@@ -23,7 +23,7 @@ from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
 from fedmpi.memory.check import check_memory
-from fedmpi.comm.topology import SERVER, build_layout, check_world_size
+from fedmpi.layout import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
 

@@ -18,7 +18,7 @@ SIGNAL_BEFORE_LIMIT_S = 300
 def layout_of(config: str, overrides: list[str] | tuple[str, ...]) -> dict:
     """The rank layout of a run, as `python -m fedmpi.layout` prints it (raises fedmpi's ConfigError)."""
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     return build_layout(load_config(config, list(overrides))).as_dict()
 

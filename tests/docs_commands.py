@@ -194,7 +194,7 @@ def _mpirun_world(words: list[str]) -> tuple[int | None, list[str]]:
 def _check_run(args: list[str], world: int | None) -> list[str]:
     """A `python -m fedmpi.run` command: its flags, its overrides (the config validates them) and, under mpirun,
     the world size its layout needs."""
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
     from fedmpi.config import ConfigError, load_config
     from fedmpi.run import parse_args
 

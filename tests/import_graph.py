@@ -36,6 +36,10 @@ NOT_IMPORTED_BY = {
     "fedmpi.config": (*SETTINGS, "fedmpi.core"),   # it reads the aggregators' registry as it reads the rules'
     "fedmpi.store": (*SETTINGS, "fedmpi.core"),
 }
+# The MPI floor imports nothing of fedmpi but itself and the error classes at the bottom.
+ONLY_IMPORTS = {
+    "fedmpi.comm": ("fedmpi.comm", "fedmpi.errors"),
+}
 LONG_MODULE = 250
 
 
@@ -177,15 +181,27 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def inner_arrows(graph: dict[str, set[str]], rules=None) -> list[tuple[str, str]]:
-    """Imports inside fedmpi against NOT_IMPORTED_BY."""
-    rules = NOT_IMPORTED_BY if rules is None else rules
+def _arrows_against(graph: dict[str, set[str]], rules: dict, breaks) -> list[tuple[str, str]]:
+    """The imports of a module inside a package of `rules` for which breaks(target, the package's entry) holds."""
     bad = []
     for module, targets in sorted(graph.items()):
-        for package, forbidden in rules.items():
+        for package, entry in rules.items():
             if _inside(module, package):
-                bad += [(module, t) for t in sorted(targets) if any(_inside(t, f) for f in forbidden)]
+                bad += [(module, t) for t in sorted(targets) if breaks(t, entry)]
     return bad
+
+
+def inner_arrows(graph: dict[str, set[str]], rules=None) -> list[tuple[str, str]]:
+    """Imports inside fedmpi against NOT_IMPORTED_BY."""
+    return _arrows_against(graph, NOT_IMPORTED_BY if rules is None else rules,
+                           lambda t, forbidden: any(_inside(t, f) for f in forbidden))
+
+
+def reaching_out(graph: dict[str, set[str]], rules=None) -> list[tuple[str, str]]:
+    """Imports from a package of ONLY_IMPORTS to a module of fedmpi outside what it may import."""
+    return _arrows_against(graph, ONLY_IMPORTS if rules is None else rules,
+                           lambda t, allowed: _inside(t, "fedmpi") and t != "fedmpi"
+                           and not any(_inside(t, a) for a in allowed))
 
 
 def lines_per_package(files: dict[str, Path]) -> dict[str, int]:
@@ -218,7 +234,7 @@ def main() -> int:
     print(f"import circles: {len(found)}")
     for component in found:
         print("  " + " <-> ".join(component))
-    arrows = upward_arrows(graph) + inner_arrows(graph)
+    arrows = upward_arrows(graph) + inner_arrows(graph) + reaching_out(graph)
     print(f"upward arrows: {len(arrows)}")
     for source, target in arrows:
         print(f"  {source} -> {target}")

@@ -561,3 +561,15 @@ def test_figures_go_beside_their_input_unless_told_otherwise(tmp_path):
     assert beside_input(None, [str(tmp_path / "sweep")], "w.png") == tmp_path / "sweep" / "w.png"
     assert beside_input(None, [str(run / "log.h5")], "c.png") == run / "c.png"
     assert beside_input("x/y.png", [str(run)], "c.png") == Path("x/y.png")
+
+
+def test_every_rule_and_baseline_has_a_label_and_a_colour():
+    from fedmpi.algorithms.registry import RULES, SINGLE_PARTY_SETTINGS
+    from fedmpi.analysis.methods import LABELS, method_color, method_label
+
+    assert sorted(set(RULES) | set(SINGLE_PARTY_SETTINGS)) == sorted(LABELS)
+    assert method_label("centralized pfm") == ("Centralized PFM", "#000000")
+    assert method_label("solo") == ("Solo", "#7f7f7f")
+    assert method_label("pfm") == ("PFM", "#ff7f0e")
+    assert method_color("PFM+FV") == "#994c08"     # FV: the rule's colour, darker
+    assert method_label("unknown-rule") == ("unknown-rule", "#7f7f7f")

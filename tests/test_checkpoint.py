@@ -285,7 +285,7 @@ class OneRank:
 
 def checkpointer(tmp_path, every=2, keep=2, rounds=6, signal=""):
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     cfg = load_config(None, ["parties=[{name: a, ranks: 1}]", f"checkpoint.every={every}",
                              f"checkpoint.keep={keep}", "fed.K=2", f"optim.steps_per_epoch={2 * rounds}",
@@ -330,7 +330,7 @@ def test_rewriting_a_checkpoint_first_withdraws_its_manifest_and_leftovers(tmp_p
 
 def test_resume_auto_without_a_checkpoint_starts_fresh_and_a_path_is_checked(tmp_path, capsys):
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     cfg = load_config(None, ["parties=[{name: a, ranks: 1}]", "fed.K=2", "optim.steps_per_epoch=12",
                              "optim.epochs=1", "optim.milestones=[]"])
@@ -350,7 +350,7 @@ def test_resume_auto_without_a_checkpoint_starts_fresh_and_a_path_is_checked(tmp
 
 def small_run(rounds=6, *extra):
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     cfg = load_config(None, ["parties=[{name: a, ranks: 1}]", "fed.K=2", f"optim.steps_per_epoch={2 * rounds}",
                              "optim.epochs=1", "optim.milestones=[]", *extra])
@@ -453,7 +453,7 @@ CLIENTS = ["clients.rounds=6", "clients.population=10", "clients.images=10", "cl
 def test_a_resume_on_another_client_partition_is_refused_unless_allowed(tmp_path, change, listed):
     """Hsu's label skew alpha and the partition seed decide which images each virtual client holds."""
     from fedmpi.config import load_config
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     cfg = load_config("configs/hsu_cifar10.yaml", CLIENTS)
     saver = ck.Checkpointer(OneRank(), tmp_path / "ckpt", cfg, build_layout(cfg), lambda comm: "",

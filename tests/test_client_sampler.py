@@ -86,7 +86,7 @@ def test_client_config_errors_name_the_key(overrides, message):
 def test_hsu_config_layout_and_the_centralized_baseline():
     from fedmpi.config import load_config
     from fedmpi.crossdevice.client_data import partition
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     cfg = load_config("configs/hsu_cifar10.yaml")
     assert build_layout(cfg).as_dict() == {"world": 3, "server": 1, "parties": {"clients": 2}, "validators": 0}

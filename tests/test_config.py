@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fedmpi.config import ConfigError, config_from_yaml, load_config, to_yaml
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 from jobs.mpirun import ROOT, mpirun
 
 
@@ -67,7 +67,7 @@ def test_paper_configs_load():
     (["fed.algorithm=fedsgdx"], "fed.algorithm: unknown algorithm 'fedsgdx' (known: fedavg, fedavgm, pfm"),
     (["fed.options.mu=0.1"], "fed.options.mu: unknown key"),
     (["fed.algorithm=fedavgm", "fed.server.optimizer=adam"],
-     "fed.server.optimizer: fedavgm is defined by the momentum server optimizer; for FedAvg with adam use"),
+     "fed.server.optimizer: fedavgm is defined by the momentum server optimizer; for fedavg with the adam server optimizer use"),
     (["fed.server.optimizer=rmsprop"], "fed.server.optimizer: 'rmsprop' is not one of auto, sgd, momentum"),
     (["fed.server.lr=0"], "fed.server.lr: must be > 0"),
     (["fed.setting=centralized", "fv.enabled=true"], "fv.enabled: FV searches weightings over parties"),

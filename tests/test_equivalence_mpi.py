@@ -10,7 +10,7 @@ from fedmpi.models.backbone import build_backbone
 from fedmpi.silo.setting import initial_weights
 from fedmpi.silo.trainer import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 from shared_runs import data_root_of, declare
 
 # party a: 2 ranks (DDP + sharded classifier), party b: 1 rank; lr drops after round 3 (a round boundary)

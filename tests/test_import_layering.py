@@ -1,5 +1,5 @@
 """The tree's imports, read with ast (tests/import_graph.py): no circles, no arrow against LAYERS."""
-from import_graph import LAYERS, circles, import_graph, inner_arrows, source_files, upward_arrows
+from import_graph import LAYERS, circles, import_graph, inner_arrows, reaching_out, source_files, upward_arrows
 
 
 def test_no_import_circles():
@@ -12,6 +12,10 @@ def test_no_upward_imports():
 
 def test_the_neutral_core_knows_no_setting():
     assert inner_arrows(import_graph(source_files())) == []
+
+
+def test_the_mpi_floor_imports_nothing_above_it():
+    assert reaching_out(import_graph(source_files())) == []
 
 
 def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
@@ -34,4 +38,5 @@ def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
     assert graph.circles(found) == [["fedmpi.config", "fedmpi.rules"]]
     assert graph.upward_arrows(found) == [("fedmpi.export_user", "tools.export")]
     assert graph.inner_arrows(found, {"fedmpi.rules": ("fedmpi.config",)}) == [("fedmpi.rules", "fedmpi.config")]
+    assert graph.reaching_out(found, {"fedmpi.rules": ("fedmpi.rules",)}) == [("fedmpi.rules", "fedmpi.config")]
     assert LAYERS["fedmpi"] == ()

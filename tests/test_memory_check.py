@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedmpi.comm.nodes import RankPlace
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 from fedmpi.config import ConfigError, load_config
 from fedmpi.core.state import BackboneState
 from fedmpi.memory import available as avail

@@ -6,7 +6,7 @@ from pathlib import Path
 from fedmpi.config import load_config
 from fedmpi.data import prepare_training_set, prepare_validation_sets
 from fedmpi.data.preparation import Task, assign, missing_sets
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 from jobs.mpirun import ROOT, mpirun
 
 SMALL = ["parties.ms1m.data.identities=5", "parties.ga.data.identities=3", "parties.vgg.data.identities=4",

@@ -77,7 +77,7 @@ def test_a_party_can_be_one_client_of_a_dirichlet_partition_recorded_for_the_log
     from fedmpi.config import load_config
     from fedmpi.data import open_training_set
     from fedmpi.run import prepare_data
-    from fedmpi.comm.topology import build_layout
+    from fedmpi.layout import build_layout
 
     common = ["parties=[{name: a, data: {identities: 12, images_per_identity: 5, dirichlet_clients: 3, "
               "dirichlet_client: 1, dirichlet_alpha: 0.0, dirichlet_seed: 7}}]",

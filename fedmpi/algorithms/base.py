@@ -53,8 +53,6 @@ class LocalRound:
 
 class Algorithm:
     name: ClassVar[str] = "base"
-    label: ClassVar[str] = "Base"            # in tables and figures
-    color: ClassVar[str] = "#7f7f7f"
     Options: ClassVar[type] = NoOptions      # the fed.options section
     server_optimizer: ClassVar[str] = "sgd"  # what fed.server.optimizer=auto means for this rule
     fixed_server_optimizer: ClassVar[bool] = False   # True: fed.server.optimizer may not name another one

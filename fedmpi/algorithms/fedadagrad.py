@@ -7,8 +7,6 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAdagrad(FedAvg):
     name = "fedadagrad"
-    label = "FedAdagrad"
-    color = "#843c39"
     server_optimizer = "adagrad"
     local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True

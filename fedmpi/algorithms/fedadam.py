@@ -7,8 +7,6 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAdam(FedAvg):
     name = "fedadam"
-    label = "FedAdam"
-    color = "#393b79"
     server_optimizer = "adam"
     local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True

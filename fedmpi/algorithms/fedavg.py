@@ -7,6 +7,4 @@ from fedmpi.algorithms.base import Algorithm
 
 class FedAvg(Algorithm):
     name = "fedavg"
-    label = "FedAvg"
-    color = "#1f77b4"
     local_momentum_default = 0.0     # plain SGD on the clients (McMahan et al. 2017; Hsu et al. 2019's Alg.)

@@ -7,8 +7,6 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAvgM(FedAvg):
     name = "fedavgm"
-    label = "FedAvgM"
-    color = "#9467bd"
     local_momentum_default = 0.0     # Hsu et al. 2019: plain SGD on the clients, the momentum on the server
     server_optimizer = "momentum"
     fixed_server_optimizer = True

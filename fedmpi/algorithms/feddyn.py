@@ -31,8 +31,6 @@ class FedDynOptions:
 
 class FedDyn(FedAvg):
     name = "feddyn"
-    label = "FedDyn"
-    color = "#17becf"
     Options = FedDynOptions
     fixed_server_optimizer = True    # sgd: the server step is FedDyn's own
     client_state = ("linear",)       # λ_k: the client's own, across the rounds it takes part in

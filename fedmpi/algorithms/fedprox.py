@@ -25,8 +25,6 @@ class FedProxOptions:
 
 class FedProx(FedAvg):
     name = "fedprox"
-    label = "FedProx"
-    color = "#2ca02c"
     Options = FedProxOptions
     local_momentum_default = 0.0     # Li et al. 2020: plain SGD on the proximal local objective
 

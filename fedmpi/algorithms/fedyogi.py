@@ -7,8 +7,6 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedYogi(FedAvg):
     name = "fedyogi"
-    label = "FedYogi"
-    color = "#637939"
     server_optimizer = "yogi"
     local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True

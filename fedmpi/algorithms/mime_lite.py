@@ -39,8 +39,6 @@ class MimeLiteOptions:
 
 class MimeLite(Algorithm):
     name = "mime_lite"
-    label = "MIME-lite"
-    color = "#bcbd22"
     Options = MimeLiteOptions
     fixed_server_optimizer = True    # sgd: the momentum is MIME's own
     up = ("gradient",)

@@ -19,8 +19,6 @@ from fedmpi.algorithms.base import Algorithm, add_weight_decay
 class PFM(Algorithm):
     """β is optim.momentum (the paper uses one β for the classifier, eq. 1-2, and the global momentum)."""
     name = "pfm"
-    label = "PFM"
-    color = "#ff7f0e"
     global_state = ("global_momentum",)   # M is a function of the global models (eq. 6): one per trainer
     local_momentum_default = None         # eq. 3: the local step applies beta M / K (beta = optim.momentum)
 

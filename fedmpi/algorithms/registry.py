@@ -1,8 +1,8 @@
 """The registry of federated rules: one line per rule (name -> module:class), imported when asked for.
 
-Config choices (fed.algorithm), checkpoint compatibility, analysis labels and colours and the sweeps read the
-names from here; no rule's name is written anywhere else. The layout settings (fed.setting) are listed here
-too, with the labels the analysis tools give to their runs.
+Config choices (fed.algorithm), checkpoint compatibility, the analysis tools (fedmpi/analysis/methods.py gives
+each name its label and colour) and the sweeps read the names from here. The layout settings (fed.setting) are
+listed here too.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ DEFAULT = PAPERS["fedface"][1]  # fed.algorithm when a config names none
 
 # fed.setting: federated (every party its own), centralized (one party holding the union of the parties'
 # data), solo (fed.solo_party alone); the last two are the paper's baselines and combine with any rule.
-SETTINGS = {"federated": ("", ""), "centralized": ("Centralized", "#000000"), "solo": ("Solo", "#7f7f7f")}
 SINGLE_PARTY_SETTINGS = ("solo", "centralized")
 
 
@@ -46,17 +45,3 @@ def method_key(algorithm: str, setting: str) -> str:
     if setting == "federated":
         return algorithm
     return setting if algorithm == BASELINE else f"{setting} {algorithm}"
-
-
-def method_label(key: str) -> tuple[str, str]:
-    """(label, colour) of a method key (see method_key) for tables and figures."""
-    setting, _, algorithm = key.rpartition(" ") if " " in key else ("", "", key)
-    if key in SETTINGS:
-        return SETTINGS[key]
-    try:
-        cls = rule(algorithm)
-    except ValueError:
-        return key, "#7f7f7f"
-    if setting:
-        return f"{SETTINGS[setting][0]} {cls.label}", SETTINGS[setting][1]
-    return cls.label, cls.color

@@ -20,8 +20,6 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class Scaffold(FedAvg):
     name = "scaffold"
-    label = "SCAFFOLD"
-    color = "#8c564b"
     up = ("control_delta",)
     down = ("control",)
     client_state = ("control",)      # c_i: the client's own, across the rounds it takes part in

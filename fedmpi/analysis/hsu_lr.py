@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from fedmpi.algorithms.registry import method_label
+from fedmpi.analysis.methods import method_label
 from fedmpi.analysis.plots import add_figure_args, add_pdf_arg, beside_input, figure_legend, panel_grid, save_figure
 from fedmpi.analysis.run_log import cli
 from fedmpi.analysis.hsu_results import load_results, mean_over_seeds

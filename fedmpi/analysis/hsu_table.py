@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from fedmpi.algorithms.registry import RULES, method_label
+from fedmpi.algorithms.registry import RULES
+from fedmpi.analysis.methods import method_label
 from fedmpi.analysis.hsu_results import cell, load_results, mean_over_seeds
 from fedmpi.analysis.run_log import cli
 from fedmpi.analysis.tables import Table, add_table_args, emit, render

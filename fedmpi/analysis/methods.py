@@ -1,11 +1,38 @@
-"""Method names, order and colours for tables and figures, from fedmpi's registry of rules and settings
-(fedmpi/algorithms/registry.py): a run's method is its rule's label (or its baseline setting's), +FV when it
-ran Federated Validation, marked ' moving-norm' when FV used the Moving Norm."""
+"""Method names, order and colours for tables and figures, for the names of fedmpi's registry of rules and
+settings (fedmpi/algorithms/registry.py): a run's method is its rule's label (or its baseline setting's), +FV
+when it ran Federated Validation, marked ' moving-norm' when FV used the Moving Norm."""
 from __future__ import annotations
 
-from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, method_key, method_label
+from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, method_key
 
 FV_SUFFIX = "+FV"
+UNKNOWN_COLOR = "#7f7f7f"
+# (label, colour) of every registered rule and baseline setting; tests/test_analysis.py fails on a rule without one.
+LABELS = {
+    "fedavg": ("FedAvg", "#1f77b4"),
+    "fedavgm": ("FedAvgM", "#9467bd"),
+    "pfm": ("PFM", "#ff7f0e"),
+    "fedprox": ("FedProx", "#2ca02c"),
+    "scaffold": ("SCAFFOLD", "#8c564b"),
+    "fedadam": ("FedAdam", "#393b79"),
+    "fedyogi": ("FedYogi", "#637939"),
+    "fedadagrad": ("FedAdagrad", "#843c39"),
+    "mime_lite": ("MIME-lite", "#bcbd22"),
+    "feddyn": ("FedDyn", "#17becf"),
+    "centralized": ("Centralized", "#000000"),
+    "solo": ("Solo", UNKNOWN_COLOR),
+}
+
+
+def method_label(key: str) -> tuple[str, str]:
+    """(label, colour) of a method key (fedmpi.algorithms.registry.method_key: 'pfm', 'solo', 'centralized pfm');
+    an unknown key is its own label."""
+    if key in LABELS:
+        return LABELS[key]
+    setting, _, algorithm = key.partition(" ")
+    if setting in SINGLE_PARTY_SETTINGS and algorithm in LABELS:
+        return f"{LABELS[setting][0]} {LABELS[algorithm][0]}", LABELS[setting][1]
+    return key, UNKNOWN_COLOR
 
 # FedFace's methods (Bai et al. 2021) by the keys its sweeps and study use: (rule, layout setting, FV). The rules
 # are the registry's (PAPERS: the baseline rule, then the paper's own); FedFace is the paper's rule with FV.

@@ -19,7 +19,8 @@ import math
 import string
 import sys
 
-from fedmpi.algorithms.registry import SINGLE_PARTY_SETTINGS, method_label
+from fedmpi.algorithms.registry import SINGLE_PARTY_SETTINGS
+from fedmpi.analysis.methods import method_label
 from fedmpi.protocols import BENCHMARKS, metric_names
 from fedmpi.protocols.report import HEADLINE
 from fedmpi.store.h5log import EVAL_METRICS

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from fedmpi.algorithms.registry import SINGLE_PARTY_SETTINGS, method_label
+from fedmpi.algorithms.registry import SINGLE_PARTY_SETTINGS
+from fedmpi.analysis.methods import method_label
 from fedmpi.store.h5log import LogReader, LogSchemaError
 from fedmpi.analysis.methods import FV_SUFFIX
 

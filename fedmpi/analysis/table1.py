@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from fedmpi.algorithms.registry import method_label
 from fedmpi.analysis.find_runs import collect_runs, runs_by_setting
-from fedmpi.analysis.methods import TABLE1_METHODS, fedface_label, method_order, method_sort_key
+from fedmpi.analysis.methods import TABLE1_METHODS, fedface_label, method_label, method_order, method_sort_key
 from fedmpi.analysis.run_log import AnalysisError, CENTRALIZED_PARTY, Run, UNION_FOOTNOTE, add_run_args, cli, party_row_name
 from fedmpi.analysis.tables import Table, add_table_args, ema_final, emit, nan_mean, render
 

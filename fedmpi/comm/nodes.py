@@ -12,7 +12,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from fedmpi.config import ConfigError
+from fedmpi.errors import ConfigError
 
 SIOCGIFADDR = 0x8915
 

@@ -14,10 +14,10 @@ import yaml
 
 
 from fedmpi.config.build import build_section
-from fedmpi.config.errors import ConfigError
+from fedmpi.errors import ConfigError
 from fedmpi.config.sections import (BenchmarkSets, CheckpointConfig, DataConfig, DataSpec, EvalConfig,  # noqa: F401
                                     FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig, RunConfig,
-                                    _three_parties)
+                                    _three_parties, fv_runs)
 from fedmpi.config.fed import BASELINE, FedConfig, ServerConfig, algorithm_class, algorithm_options  # noqa: F401
 from fedmpi.config.aggregation import sampling_rate
 from fedmpi.config.clients import ClientsConfig

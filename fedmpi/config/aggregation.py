@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from fedmpi.aggregation.registry import aggregator_class
 from fedmpi.config.build import build_section
 from fedmpi.config.clients import clients_per_round
-from fedmpi.config.errors import ConfigError
+from fedmpi.errors import ConfigError
+from fedmpi.config.sections import fv_runs
 
 
 @dataclass
@@ -101,7 +102,7 @@ def refusal(cfg, rule) -> str:
     if cfg.cross_device and cfg.fed.dp.adaptive:
         return ("adaptive clipping in the cross-device setting needs the trainer ranks to count their unclipped "
                 "clients, which is not built: set fed.dp.adaptive=false")
-    if cfg.fv.enabled:
+    if fv_runs(cfg):
         return ("Federated Validation scores every party's unclipped, un-noised theta_i on the validators, "
                 "which is what DP protects: set fv.enabled=false")
     if rule.up:
@@ -117,7 +118,7 @@ def validate_aggregation(cfg, fail) -> dict:
     """fed.aggregation checked and resolved (the rule's defaults included, as the log keeps it)."""
     name, cls, options = aggregation_rule(cfg)
     if cls.needs_uploads:
-        if cfg.fv.enabled:
+        if fv_runs(cfg):
             fail("fed.aggregation.rule", f"{name} with Federated Validation: FV's weights and {name} would each "
                                          f"decide how much a party counts; set fv.enabled=false")
     options.validate(uploads(cfg), fail)

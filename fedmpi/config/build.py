@@ -5,7 +5,7 @@ import dataclasses
 import types
 import typing
 
-from fedmpi.config.errors import ConfigError
+from fedmpi.errors import ConfigError
 
 
 def _strip_optional(tp):

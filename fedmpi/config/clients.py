@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedmpi.config.sections import fv_runs
+
 
 def clients_per_round(population: int, fraction: float) -> int:
     """max(floor(C M), 1) (Hsu et al., Algorithm 1)."""
@@ -56,5 +58,5 @@ class ClientsConfig:
         if cfg.fed.setting == "solo":
             fail("fed.setting", "solo picks a silo party; cross-device runs (clients.population > 0) are "
                                 "federated or centralized")
-        if cfg.fv.enabled:
+        if fv_runs(cfg):
             fail("fv.enabled", "FV weights silo parties; cross-device clients (clients.population > 0) have none")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
 from fedmpi.config.aggregation import DPConfig, validate_aggregation
 from fedmpi.config.build import build_section
-from fedmpi.config.errors import ConfigError
+from fedmpi.errors import ConfigError
 
 
 @dataclass
@@ -31,7 +31,7 @@ class ServerConfig:
         rule = algorithm_class(cfg)
         if rule.fixed_server_optimizer and self.optimizer not in ("auto", rule.server_optimizer):
             fail("fed.server.optimizer", f"{rule.name} is defined by the {rule.server_optimizer} server optimizer; "
-                                         f"for {baseline_label()} with {self.optimizer} use "
+                                         f"for {BASELINE} with the {self.optimizer} server optimizer use "
                                          f"fed.algorithm={BASELINE}")
         if self.lr is not None and not self.lr > 0:
             fail("fed.server.lr", f"must be > 0, got {self.lr}")
@@ -78,12 +78,6 @@ class FedConfig:
         self.options = dataclasses.asdict(options)  # the resolved section, defaults included, goes to the log
         self.aggregation = validate_aggregation(cfg, fail)
         self.dp.validate(cfg, fail)
-
-
-def baseline_label() -> str:
-    from fedmpi.algorithms.registry import rule
-
-    return rule(BASELINE).label
 
 
 def algorithm_class(cfg: "Config"):

@@ -190,7 +190,7 @@ class FVConfig:
                                      # on a fixed subset of N of them (fv/pair_subset.py); evaluation keeps all its pairs
 
     def validate(self, cfg: "Config", fail) -> None:
-        if self.enabled and cfg.fed.setting != "federated":
+        if fv_runs(cfg) and cfg.fed.setting != "federated":
             fail("fv.enabled", f"FV searches weightings over parties; fed.setting={cfg.fed.setting} has a single party")
         for key in ("T", "validators"):
             if getattr(self, key) <= 0:
@@ -205,6 +205,12 @@ class FVConfig:
         if self.pairs_per_set != 0 and self.pairs_per_set < 10:
             fail("fv.pairs_per_set", f"must be 0 (every FV pair) or >= 10 (two pairs per FV fold), got "
                                      f"{self.pairs_per_set}")
+
+
+def fv_runs(cfg) -> bool:
+    """Whether a run does Federated Validation: the one place that reads fv.enabled (the config refuses it
+    for the cross-device setting and for a single party)."""
+    return cfg.fv.enabled
 
 
 @dataclass

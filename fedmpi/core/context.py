@@ -9,7 +9,7 @@ import torch
 from fedmpi import comm
 from fedmpi.config import Config
 from fedmpi.comm.node_share import keepers, share_for, shared_parties
-from fedmpi.comm.topology import SERVER, Layout
+from fedmpi.layout import SERVER, Layout
 
 
 @dataclass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi import comm
+from fedmpi.core.flat import flatten, unflatten_into
 
 
 class BackboneState:
@@ -31,7 +31,7 @@ class BackboneState:
     def read(self, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is not None and out is self.home:
             return out   # the tensors are its views already
-        return comm.flatten(self.tensors, out)
+        return flatten(self.tensors, out)
 
     def live_in(self, flat: torch.Tensor) -> None:
         """The state's tensors become views of `flat` (D values, theirs copied in), so that reading the state into
@@ -47,7 +47,7 @@ class BackboneState:
         self.home = flat
 
     def write(self, flat: torch.Tensor) -> None:
-        comm.unflatten_into(flat, self.tensors)
+        unflatten_into(flat, self.tensors)
 
     def nbytes(self) -> int:
         return self.numel * self.tensors[0].element_size()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi import comm
+from fedmpi.core.flat import unflatten_into
 
 
 def _leaves(state: dict, keys: tuple[str, ...]) -> list[torch.Tensor]:
@@ -38,7 +38,7 @@ class StateLayout:
         return torch.cat(leaves, out=out) if leaves else out
 
     def unpack(self, flat: torch.Tensor, state: dict) -> None:
-        comm.unflatten_into(flat, _leaves(state, self.keys))
+        unflatten_into(flat, _leaves(state, self.keys))
 
 
 class ClientStore:

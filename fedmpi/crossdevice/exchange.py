@@ -23,7 +23,7 @@ from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.core.seams import RoundStats, round_statistics
-from fedmpi.comm.topology import SERVER
+from fedmpi.layout import SERVER
 
 
 UPLOAD_TAG = 1     # a client's upload; its state comes back with the default tag (0) from the same rank

@@ -2,7 +2,7 @@
 cross-device setting), every other rank a trainer of virtual clients."""
 from __future__ import annotations
 
-from fedmpi.comm.topology import SERVER
+from fedmpi.layout import SERVER
 
 
 def run_cross_device(ctx, run_dir, resume=None) -> int:

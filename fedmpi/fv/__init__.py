@@ -1,12 +1,7 @@
 """Federated Validation (FedFace Sec. 3.2, Alg. 2): the search (search.py), the server's weighting
 (weighting.py), the validator ranks (validator.py) and the server's client for them (validator_client.py).
 No torch here: the launch's memory check (fedmpi/memory) reads these before any rank imports it."""
-
-
-def fv_runs(cfg) -> bool:
-    """Whether a run does Federated Validation: the one place that reads fv.enabled (the config refuses it
-    for the cross-device setting)."""
-    return cfg.fv.enabled
+from fedmpi.config.sections import fv_runs
 
 
 def assign_sets(val_sets: list[str], validators: int) -> list[list[str]]:

@@ -35,13 +35,12 @@ import torch
 
 from fedmpi import comm
 from fedmpi.comm import p2p
-from fedmpi.fv import fv_runs
 from fedmpi.core.context import Context
 from fedmpi.fv import assign_sets, needs_validation_sets  # noqa: F401 - importable from here too
 from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
-from fedmpi.comm.topology import SERVER
+from fedmpi.layout import SERVER
 
 TAG_CONTROL = 7301
 TAG_REPLY = 7302

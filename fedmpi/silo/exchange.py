@@ -20,7 +20,7 @@ from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.comm.node_share import keepers, shared_parties
 from fedmpi.core.context import Context, shares_node_memory
 from fedmpi.core.seams import RoundStats, round_statistics
-from fedmpi.comm.topology import SERVER, Party
+from fedmpi.layout import SERVER, Party
 
 
 class SiloExchange:

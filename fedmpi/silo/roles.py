@@ -2,7 +2,7 @@
 trainer ranks, then the dedicated validators (fv.placement=dedicated)."""
 from __future__ import annotations
 
-from fedmpi.comm.topology import SERVER
+from fedmpi.layout import SERVER
 
 
 def run_silo(ctx, run_dir, data_description: dict | None, resume=None) -> int:

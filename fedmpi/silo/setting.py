@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi.comm.topology import Layout
+from fedmpi.layout import Layout
 from fedmpi.config import Config
 from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
-from fedmpi.fv import fv_runs
+from fedmpi.config import fv_runs
 from fedmpi.models.backbone import build_backbone
 from fedmpi.silo.benchmarks import log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange

@@ -26,7 +26,7 @@ from fedmpi.comm.control import Backoff
 from fedmpi.silo.benchmarks import Benchmarks
 from fedmpi.core.context import Context
 from fedmpi.silo.evaluation import Evaluation
-from fedmpi.fv import fv_runs
+from fedmpi.config import fv_runs
 from fedmpi.fv.weighting import FederatedValidation
 from fedmpi.fv.validator import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool

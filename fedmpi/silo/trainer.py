@@ -21,7 +21,7 @@ from fedmpi.silo.precision import Precision
 from fedmpi.models.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
-from fedmpi.comm.topology import Party
+from fedmpi.layout import Party
 
 
 class LossNotFinite(SystemExit):

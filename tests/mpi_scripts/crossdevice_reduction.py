@@ -21,7 +21,7 @@ from fedmpi.config import load_config
 from fedmpi.crossdevice.roles import run_cross_device
 from fedmpi.core.context import Context, Groups
 from fedmpi.store.checkpoint import ResumePoint, round_folder_name
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 
 
 # name: (overrides, trainer ranks, resume from the checkpoint of this run after round 2)

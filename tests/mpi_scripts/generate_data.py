@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from fedmpi.config import load_config
 from fedmpi.data.preparation import generate_missing
-from fedmpi.comm.topology import build_layout
+from fedmpi.layout import build_layout
 
 cfg = load_config(None, sys.argv[1:])
 generate_missing(cfg, build_layout(cfg), MPI.COMM_WORLD, validation=True)
