@@ -118,7 +118,7 @@ def test_the_committed_results_file_holds_the_numbers_of_its_logs():
     from test_reproduce import md_rows
 
     results = ROOT / "docs" / "results"
-    rows = md_rows((results / "badparty_cpu.md").read_text(), "## Issue 24")
+    rows = md_rows((results / "badparty_cpu.md").read_text(), "## FV's weight of a bad party")
     assert {r[0] for r in rows} == {"shuffled", "flipped"} and len(rows) >= 6
 
     def read(name):
@@ -156,7 +156,7 @@ def test_the_committed_privacy_curve_holds_the_numbers_of_its_logs():
     from test_reproduce import md_rows
 
     results = ROOT / "docs" / "results"
-    rows = [r for r in md_rows((results / "badparty_cpu.md").read_text(), "## Issue 25: privacy") if float(r[1])]
+    rows = [r for r in md_rows((results / "badparty_cpu.md").read_text(), "## Privacy-utility curve") if float(r[1])]
     assert {r[0].split(",")[0] for r in rows} == {"silo", "cross-device"} and len(rows) >= 10
     assert any(r[0].startswith("cross") and r[6] == "0, 1, 2" for r in rows)       # a point in 3 seeds
     for setting, z, eps, _, shown, per_seed, seeds in rows:

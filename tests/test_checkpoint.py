@@ -480,7 +480,7 @@ def old_layout(tree: dict) -> dict:
 
 
 def test_a_checkpoint_in_the_earlier_layout_resumes_the_same(reference, tmp_path):
-    from fedmpi.core.server import upgrade_server_part
+    from fedmpi.store.upgrade import upgrade_server_part
 
     run = copy_run(reference, tmp_path, "old-layout", drop_after=3)
     folder = run.ckpt / "round_000003"

@@ -93,7 +93,7 @@ def accuracy_cell(runs: list[Outcome]) -> str:
 
 
 def fv_table(outcomes: dict) -> Table:
-    """Issue 24: per seed and kind of bad party, FedFace's final w of the bad party vs its clean twin, and the
+    """Per seed and kind of bad party, FedFace's final w of the bad party vs its clean twin, and the
     held-out accuracy of FedFace and FedAvg in the same seed."""
     rows = []
     for kind in KINDS[1:]:
@@ -115,7 +115,7 @@ def fv_table(outcomes: dict) -> Table:
 
 
 def robust_table(outcomes: dict, layout: str) -> Table:
-    """Issue 25: per rule, held-out accuracy (mean ± half range over seeds) and the bad party's mean influence,
+    """Per rule, held-out accuracy (mean ± half range over seeds) and the bad party's mean influence,
     for the clean twins and each kind of bad party."""
     rows = []
     for method, label in METHOD_LABELS.items():
@@ -266,7 +266,7 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     body = [render(fv_table(outcomes), "md")]
     if weights_figure(outcomes, report.figure("fv_weights")):
         body.append(report.png(report.figure("fv_weights"), "FV weight of the bad party"))
-    report.section("Issue 24: FV's weight of a bad party, seed by seed (3 parties)",
+    report.section("FV's weight of a bad party, seed by seed (3 parties)",
                    names(part="bad", layout="3", method="fedface") + names(part="bad", layout="3", method="fedavg"),
                    started, body, "the /fv table's w and the /eval table of each FedFace and FedAvg run")
 
@@ -278,13 +278,13 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     if accuracy_figure(outcomes, report.figure("accuracy")):
         body.append(report.png(report.figure("accuracy"), "accuracy per rule"))
     body += ["", "**Every run**", "", render(per_seed_table(outcomes), "md")]
-    report.section("Issue 25: held-out accuracy and the bad party's influence per rule", names(part="bad"), started,
+    report.section("Held-out accuracy and the bad party's influence per rule", names(part="bad"), started,
                    body, "the /eval and /influence tables")
 
     started = time.monotonic()
     body = [render(dp_table(outcomes), "md")]
     if privacy_figure(outcomes, report.figure("privacy")):
         body.append(report.png(report.figure("privacy"), "privacy-utility"))
-    report.section("Issue 25: privacy-utility curve of DP-FedAvg", names(part="dp"), started, body,
+    report.section("Privacy-utility curve of DP-FedAvg", names(part="dp"), started, body,
                    "the /privacy and /eval tables")
     return report.write()

@@ -28,6 +28,7 @@ from fedmpi.core.seams import RoundStats, Setting
 from fedmpi.core.state import BackboneState
 from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
 from fedmpi.store.h5log import RunLog
+from fedmpi.store.upgrade import upgrade_server_part
 
 
 class Server:
@@ -136,8 +137,8 @@ class Server:
         return {SERVER_PART: tree}
 
     def load_checkpoint(self, folder) -> int:
-        """Take the state of a checkpoint written by `checkpoint_parts` (or in the earlier layout, whose
-        "validation" entry held both the side work's and the exchange's state); returns the round to continue at."""
+        """Take the state of a checkpoint written by `checkpoint_parts` (an earlier format is read as today's,
+        store/upgrade.py); returns the round to continue at."""
         saved = upgrade_server_part(read_part(folder / SERVER_PART))
         copy_into(self.theta, saved["theta"], "theta")
         copy_into(self.algo_state, saved["algorithm"], "algorithm")
@@ -145,7 +146,7 @@ class Server:
             self.w = saved["w"].to(self.w)
         self.side.load_state_dict(saved["side_work"])
         self.exchange.load_state_dict(saved["exchange"])
-        if saved.get("aggregator"):          # none in older checkpoints, and none kept by a stateless aggregator
+        if saved.get("aggregator"):          # a stateless aggregator (or an earlier format) keeps none
             self.aggregator.load_state_dict(saved["aggregator"])
         self.state.write(self.theta)
         self.elapsed_before = float(saved["wall_time"])
@@ -164,17 +165,3 @@ class Server:
         privacy = self.privacy.summary() if self.privacy else ""
         self.progress.summary(self.run_dir / "log.h5", extra=skipped + privacy + self.side.summary())
 
-
-def upgrade_server_part(saved: dict) -> dict:
-    """A server part in today's layout. In the earlier layout everything beside Θ, the rule's state and w sat under
-    "validation": FV's search state ("fv", "latest") and, in the cross-device runs, the exchange's ("sampler":
-    the sampler's generator and the clients' states)."""
-    if "validation" not in saved:
-        return saved
-    old = dict(saved["validation"])
-    exchange = old.pop("sampler", {})
-    side = {key: value for key, value in old.items() if key in ("fv", "latest")}
-    if exchange:                      # the cross-device side work kept nothing of its own
-        side = {}
-    upgraded = {key: value for key, value in saved.items() if key != "validation"}
-    return {**upgraded, "side_work": side, "exchange": exchange}

@@ -146,8 +146,7 @@ def validation_image_bytes(cfg, sets: int) -> float:
 def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None) -> LayoutNeed:
     """Every rank's peak for `layout` under `cfg` on `device` (cpu | cuda); workers: DataLoader workers per trainer
     rank (None: what data.workers gives on that device)."""
-    from fedmpi.config import fv_runs
-    from fedmpi.fv import assign_sets, needs_validation_sets
+    from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets
 
     m, b = cfg.model, DTYPE_BYTES[cfg.run.dtype]
     D, n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)

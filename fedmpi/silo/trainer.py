@@ -95,7 +95,7 @@ class Trainer:
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
         all-reduce with backward (its torch._dynamo import is small next to a GPU run). CPU: one all-reduce after
-        backward (silo/party_gradients.py), without DDP's import of torch._dynamo (1.3 s, 150 MB per rank)."""
+        backward (silo/party_gradients.py), without DDP's import of torch._dynamo (its cost per rank: docs/PERFORMANCE.md)."""
         if group is None:
             return self.backbone, None
         if self.ctx.device.type == "cuda":

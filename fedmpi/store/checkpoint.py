@@ -3,9 +3,8 @@
 Layout of `<checkpoint.dir>/round_000012/` (12 = rounds completed; the run resumes at round index 12):
   server.h5             written by the server: /theta (flat Θ), /algorithm (the rule's server state, e.g.
                         FedAvgM's v), /w (silo), /side_work (FV's state, when there is one), /exchange (the
-                        cross-device sampler and clients' states), /rng, /config (YAML); in the earlier layout
-                        the side work's and the exchange's state were one /validation (read by
-                        core.server.upgrade_server_part)
+                        cross-device sampler and clients' states), /rng, /config (YAML); parts of earlier
+                        formats are read as today's by store/upgrade.py
   party-<name>-<k>.h5   written by rank k of party <name>: /classifier (its shard), /classifier_optimizer
                         (momentum buffers), /precision, /rng; the leader (k = 0) also /algorithm (the rule's
                         trainer state: PFM's M, local momentum), which every rank of the party reads back
