@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the Slurm tests need (Debian packages): controller, node daemon, client tools, munge for
 # authentication and PMIx for `srun --mpi=pmix`; iproute2 (`ip`) for the multi-node bed's namespaces and bridge. Idempotent (a no-op when all are there) and quiet (apt's
-# output is shown only when it fails). The packages' own services are not used: tests/slurm_cluster.py
+# output is shown only when it fails). The packages' own services are not used: tests/support/slurm_cluster.py
 # starts its own daemons with its own configuration.
 set -euo pipefail
 

@@ -357,7 +357,7 @@ def main(argv=None) -> int:
         print(f"GPU checks skipped: {why_not}", flush=True)
         print("the run's GPU paths (" + ", ".join(c.name for c in CHECKS if c.where == "path") + ") run on the "
               "CPU instead, scaled down: they show the paths run and resume, not that they keep to a device "
-              "(tests/test_device_discipline.py does that without a GPU)", flush=True)
+              "(tests/unit/test_device_discipline.py does that without a GPU)", flush=True)
     results: list[tuple[str, str, float]] = []
     for check in CHECKS:
         if args.only and check.name not in args.only:

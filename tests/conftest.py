@@ -3,13 +3,18 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The tests are grouped by what they need: unit/ (one process), mpi/ (launches under mpirun), cluster/ (Slurm,
+# submitit, the multi-node bed); support/ holds the harnesses, fixtures and the scripts the launches run. Helpers
+# and tests import each other by module name, wherever they live.
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS.parent))
+for folder in ("cluster", "mpi", "unit", "support"):
+    sys.path.insert(0, str(TESTS / folder))
 
 
 @pytest.fixture(scope="session")
 def shared_runs(tmp_path_factory):
-    """{name: run folder} of every run declared with shared_runs.declare, made in one launch (tests/shared_runs.py)."""
+    """{name: run folder} of every run declared with shared_runs.declare, made in one launch (tests/support/shared_runs.py)."""
     from shared_runs import launch_all
 
     return launch_all(tmp_path_factory.mktemp("shared-runs"))
@@ -22,7 +27,7 @@ def shared_runs(tmp_path_factory):
 # state folder are fixed), and every other test is a group of its own, so that independent launches run side by side.
 SHARED_GROUPS = {"shared_runs": "shared-runs", "slurm_cluster": "slurm-cluster"}
 # Modules kept whole: the multi-node bed's tests make network namespaces, bridges and addresses of fixed names.
-WHOLE_MODULES = ("tests/test_multinode.py",)
+WHOLE_MODULES = ("tests/cluster/test_multinode.py",)
 
 
 def module_fixtures(item) -> set[str]:
@@ -91,18 +96,18 @@ def pytest_collection_modifyitems(config, items):
 # node id); worker-seconds from `make test PYTEST_ARGS=--durations=0` on 2 cores, 3 workers; every other group comes
 # after these, in collection order.
 LONGEST_FIRST = (
-    "tests/test_failures.py::reference+victim",                          # 313: ~30 launches, most refused on purpose
-    "tests/test_crossdevice_mpi.py::test_hsu_config_shrunk",             # 297: two 10-round runs
-    "tests/test_fv_run.py::data_root+with_fv+without_fv",                # 277: two FV launches
+    "tests/mpi/test_failures.py::reference+victim",                          # 313: ~30 launches, most refused on purpose
+    "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",             # 297: two 10-round runs
+    "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",                # 277: two FV launches
     "shared-runs",                                                       # 240
     "slurm-cluster",                                                     # ~290
-    "tests/test_multinode.py",                                           # 158: one bed, launches across nodes
-    "tests/test_checkpoint.py::reference",                               # 150
-    "tests/test_protocols_e2e.py::trained_run",                          # 142
-    "tests/test_crossdevice_mpi.py::test_reduction_equals",              # 138
-    "tests/test_reproduce.py::tiny",                                      # 126
-    "tests/test_run_e2e.py::test_demo_layout",                           # 109
-    "tests/test_run_e2e.py::test_17_rank",                               # 67
+    "tests/cluster/test_multinode.py",                                           # 158: one bed, launches across nodes
+    "tests/mpi/test_checkpoint.py::reference",                               # 150
+    "tests/mpi/test_protocols_e2e.py::trained_run",                          # 142
+    "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",              # 138
+    "tests/mpi/test_reproduce.py::tiny",                                      # 126
+    "tests/mpi/test_run_e2e.py::test_demo_layout",                           # 109
+    "tests/mpi/test_run_e2e.py::test_17_rank",                               # 67
 )
 
 

@@ -7,7 +7,7 @@ from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, met
 
 FV_SUFFIX = "+FV"
 UNKNOWN_COLOR = "#7f7f7f"
-# (label, colour) of every registered rule and baseline setting; tests/test_analysis.py fails on a rule without one.
+# (label, colour) of every registered rule and baseline setting; tests/mpi/test_analysis.py fails on a rule without one.
 LABELS = {
     "fedavg": ("FedAvg", "#1f77b4"),
     "fedavgm": ("FedAvgM", "#9467bd"),

@@ -40,7 +40,7 @@ STAGE_BLOCKS = {"ir18": (2, 2, 2, 2), "ir34": (3, 4, 6, 3), "ir50": (3, 4, 14, 3
 STAGE_CHANNELS = (64, 128, 256, 512)
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 # per rule: (up payloads, down payloads, trainer-state tensors of n values, server-state tensors of n values);
-# tests/test_memory_check.py checks these against the rules themselves
+# tests/mpi/test_memory_check.py checks these against the rules themselves
 RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
                 "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1)}

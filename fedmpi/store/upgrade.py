@@ -1,5 +1,5 @@
 """Checkpoints of earlier formats read as today's: each function takes a part as read from disk and returns it in
-today's layout, so the code that restores state knows one layout only. tests/test_checkpoint.py keeps a part of
+today's layout, so the code that restores state knows one layout only. tests/mpi/test_checkpoint.py keeps a part of
 each earlier layout."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Rules with extra payloads or trainer state in the cross-device simulation, in one process
-(tests/crossdevice_harness.py drives crossdevice.LocalTrainer and the client store as the ranks do):
+(tests/support/crossdevice_harness.py drives crossdevice.LocalTrainer and the client store as the ranks do):
 SCAFFOLD with a single client is SGD, and its server control variate is the mean of every client's c_i under
 partial participation (clients of equal size: Karimireddy et al.'s c = (1/N) sum_i c_i); MIME-lite and PFM with
 one local step and every client each round are centralized momentum SGD on the union of the clients' images,

@@ -29,9 +29,9 @@ def reference(overrides) -> tuple[torch.Tensor, list]:
 
 
 def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
-    """FedAvg and FedAvgM on 1, 2, 3 trainer ranks (tests/mpi_scripts/crossdevice_reduction.py, one launch)."""
+    """FedAvg and FedAvgM on 1, 2, 3 trainer ranks (tests/support/mpi_scripts/crossdevice_reduction.py, one launch)."""
     common = [*TINY, f"data.root={tmp_path / 'data'}"]
-    out = mpirun(4, ["tests/mpi_scripts/crossdevice_reduction.py", str(tmp_path), CONFIG, *common], timeout=400)
+    out = mpirun(4, ["tests/support/mpi_scripts/crossdevice_reduction.py", str(tmp_path), CONFIG, *common], timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     for algorithm, extra in ALGORITHMS.items():
         expected, sampled = reference([*common, *extra])

@@ -1,4 +1,4 @@
-"""fedmpi across nodes: one bed of 4 nodes (tests/node_bed.py: network namespaces with their own hostnames on a
+"""fedmpi across nodes: one bed of 4 nodes (tests/support/node_bed.py: network namespaces with their own hostnames on a
 bridge) for the whole module, the 3-party run (server + MS1M 2 + GA 1 + VGG 1) placed as the sbatch script
 places it (MS1M on one node, GA + VGG on the next, the server on a third) and launched with plain
 `mpirun --hostfile` through the bed's rsh agent. What a cluster user depends on: the placement and the node-local
@@ -102,7 +102,7 @@ def test_the_bed_removes_all_it_made_after_a_failure_and_after_its_owner_died(tm
     assert node_bed.leftovers(small.tag) == []
     # an owner killed before its clean-up (SIGKILL: no handler runs): the next bed's start removes what it left
     owner = subprocess.Popen([sys.executable, "-c", (
-        "import sys, subprocess, time; sys.path.insert(0, 'tests'); from node_bed import NodeBed; "
+        "import sys, subprocess, time; sys.path.insert(0, 'tests/support'); from node_bed import NodeBed; "
         "bed = NodeBed(('x1', 'x2')).start(); subprocess.Popen(bed.nodes['x1'].enter(['sleep', '300'])); "
         "print(bed.tag, flush=True); time.sleep(300)")], stdout=subprocess.PIPE, text=True,
         cwd=str(node_bed.ROOT))
@@ -326,7 +326,7 @@ def test_a_node_that_fails_mid_round_ends_the_job_naming_it(bed, ws, reference, 
 
 @pytest.fixture(scope="module")
 def slurm(bed):
-    """slurmctld beside the bridge, one slurmd inside each node (tests/slurm_cluster.py's cluster, multi-node)."""
+    """slurmctld beside the bridge, one slurmd inside each node (tests/support/slurm_cluster.py's cluster, multi-node)."""
     from slurm_cluster import require_slurm, start_cluster
 
     require_slurm()

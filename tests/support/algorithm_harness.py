@@ -174,7 +174,7 @@ def rule_overrides(overrides: list[str], rounds: int = 2, K: int = 2) -> list[st
 
 
 def declare_rule(name: str, overrides: list[str], rounds: int = 2, K: int = 2) -> str:
-    """The tiny run of a rule, made in the session's one launch of shared runs (tests/shared_runs.py)."""
+    """The tiny run of a rule, made in the session's one launch of shared runs (tests/support/shared_runs.py)."""
     from shared_runs import declare
 
     return declare(name, rule_overrides(overrides, rounds, K))

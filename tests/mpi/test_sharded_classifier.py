@@ -1,6 +1,6 @@
 """Model-parallel classifier under mpirun (gloo, float64, real process groups).
 
-Per rank count, one launch of tests/mpi_scripts/classifier_equivalence.py checks, for ArcFace and CosFace and
+Per rank count, one launch of tests/support/mpi_scripts/classifier_equivalence.py checks, for ArcFace and CosFace and
 class counts that do not divide evenly: loss, class-centre and embedding gradients of the sharded classifier
 equal a single-rank full classifier; shard shapes are ceil/floor(C/n); unequal per-rank batches; sampled
 negatives keep every positive. The 4-rank launch also trains a DDP party with the sharded classifier and
@@ -10,7 +10,7 @@ import pytest
 
 from jobs.mpirun import mpirun
 
-SCRIPT = "tests/mpi_scripts/classifier_equivalence.py"
+SCRIPT = "tests/support/mpi_scripts/classifier_equivalence.py"
 
 
 def _run(ranks: int, *extra: str):

@@ -1,7 +1,7 @@
 """The repository's import graph, read from the sources with ast (nothing is imported, no side effects).
 
-`python tests/import_graph.py [CHECKOUT]` prints lines per package, modules over 250 lines, import circles and arrows that
-run against LAYERS; tests/test_import_layering.py fails on any circle or upward arrow. Every import counts:
+`python tests/support/import_graph.py [CHECKOUT]` prints lines per package, modules over 250 lines, import circles and arrows that
+run against LAYERS; tests/unit/test_import_layering.py fails on any circle or upward arrow. Every import counts:
 function-local ones (a circle kept alive by a late import is still a circle), those under `if TYPE_CHECKING:`
 (the design still leans on the other module), and the packages an import runs on the way (`import a.b.c` runs
 a/__init__ and a/b/__init__; counted only from outside that package).
@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOP_LEVEL = ("fedmpi", "jobs", "tools", "bench", "tests")
 
 # Who may import whom: a module of a group may import its own group and the groups listed for it, nothing else of
@@ -41,6 +41,7 @@ ONLY_IMPORTS = {
     "fedmpi.comm": ("fedmpi.comm", "fedmpi.errors"),
 }
 LONG_MODULE = 250
+TEST_FOLDERS = ("unit", "mpi", "cluster", "support")
 
 
 def module_name(path: Path) -> str:
@@ -74,12 +75,19 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _test_module_name(name: str) -> str:
+    """The name a test module or helper is imported by: tests.support.mpi_scripts.ckpt_common -> mpi_scripts.ckpt_common."""
+    parts = name.split(".")[1:]
+    return ".".join(parts[1:] if parts and parts[0] in TEST_FOLDERS else parts)
+
+
 def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     """{module: modules of this repository it imports}; `from pkg import mod` counts as importing pkg.mod.
 
-    Test helpers live as top-level modules (tests/ is on sys.path), so `import shared_runs` means tests.shared_runs."""
+    Tests and their helpers import each other as top-level modules (each folder of tests/ is on sys.path), so
+    `import shared_runs` means tests.support.shared_runs."""
     known = set(files)
-    test_helpers = {name.split(".", 1)[1]: name for name in known if name.startswith("tests.")}
+    test_helpers = {_test_module_name(name): name for name in known if name.startswith("tests.")}
 
     def local(name: str) -> str | None:
         if name in known:

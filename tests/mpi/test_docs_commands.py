@@ -1,4 +1,4 @@
-"""Every shell command in README.md and docs/*.md names what exists (tests/docs_commands.py): modules whose --help
+"""Every shell command in README.md and docs/*.md names what exists (tests/support/docs_commands.py): modules whose --help
 succeeds and lists the flags given, make targets, console scripts, repository files, fedmpi.run overrides the
 config accepts and mpirun world sizes the layout needs; and the check finds each kind of wrong command."""
 from docs_commands import Checker, Command, all_commands, commands_in

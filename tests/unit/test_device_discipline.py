@@ -1,4 +1,4 @@
-"""Device discipline without a GPU (tests/device_discipline.py): the server's GPU code paths run with their device
+"""Device discipline without a GPU (tests/support/device_discipline.py): the server's GPU code paths run with their device
 set to cuda:0 while computing on the CPU, and any tensor left on the host where the device is needed raises as
 CUDA would. Covered: every aggregator (the mean, each robust rule, DP's Gaussian mean) on the silo exchange's
 rows and on the cross-device exchange's, with the weightings the server hands them (FV's and the fixed one, and

@@ -24,14 +24,14 @@ def test_tests_sharing_a_module_fixture_share_a_group_and_the_rest_stand_alone()
         (f"{m}::e[1]", set(), set()),
         ("tests/test_n.py::f", {"shared_runs"}, set()),
         ("tests/test_n.py::g", set(), set()),                         # its module reads the shared launch
-        ("tests/test_multinode.py::h", set(), set()),
-        ("tests/test_multinode.py::i", {"bed"}, {"bed"}),
+        ("tests/cluster/test_multinode.py::h", set(), set()),
+        ("tests/cluster/test_multinode.py::i", {"bed"}, {"bed"}),
     ])
     assert names == {
         f"{m}::a": f"{m}::reference+victim", f"{m}::b": f"{m}::reference+victim", f"{m}::c": f"{m}::other",
         f"{m}::d": f"{m}::d", f"{m}::e[1]": f"{m}::e[1]",
         "tests/test_n.py::f": "shared-runs", "tests/test_n.py::g": "shared-runs",
-        "tests/test_multinode.py::h": "tests/test_multinode.py", "tests/test_multinode.py::i": "tests/test_multinode.py",
+        "tests/cluster/test_multinode.py::h": "tests/cluster/test_multinode.py", "tests/cluster/test_multinode.py::i": "tests/cluster/test_multinode.py",
     }
 
 

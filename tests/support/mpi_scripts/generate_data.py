@@ -1,6 +1,6 @@
 """Every rank: generate the missing synthetic sets of a config with several ranks (fedmpi/data/preparation.py).
 
-    mpirun -n N python tests/mpi_scripts/generate_data.py KEY=VALUE ...
+    mpirun -n N python tests/support/mpi_scripts/generate_data.py KEY=VALUE ...
 """
 import sys
 

@@ -23,7 +23,7 @@ from fedmpi.memory.model import (NODE_SHARED_STATE, RULE_TENSORS, SERVER_AVERAGE
 from fedmpi.models.iresnet import iresnet
 from jobs.mpirun import mpirun
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GB = 1024 ** 3
 
 

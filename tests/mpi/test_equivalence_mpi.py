@@ -1,7 +1,7 @@
 """docs/DESIGN.md sec. 4 invariants through fedmpi.run's main under mpirun with real process groups (gloo,
 float64): PFM K=1 with batch-proportional weights follows centralized momentum SGD on the same per-rank
 batches; FedAvg K=1 without momentum follows centralized SGD; FedAvgM with beta=0 equals FedAvg. The four runs
-are made in the session's one launch of shared runs (tests/shared_runs.py)."""
+are made in the session's one launch of shared runs (tests/support/shared_runs.py)."""
 import torch
 
 from fedmpi.config import load_config

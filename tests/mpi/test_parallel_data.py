@@ -41,7 +41,7 @@ def files(root: Path) -> dict[str, bytes]:
 
 def test_several_ranks_write_the_files_one_writer_writes(tmp_path):
     parallel, serial = tmp_path / "parallel", tmp_path / "serial"
-    proc = mpirun(3, [str(ROOT / "tests" / "mpi_scripts" / "generate_data.py"), *SMALL, f"data.root={parallel}"],
+    proc = mpirun(3, [str(ROOT / "tests" / "support" / "mpi_scripts" / "generate_data.py"), *SMALL, f"data.root={parallel}"],
                   timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = load_config(None, [*SMALL, f"data.root={serial}"])

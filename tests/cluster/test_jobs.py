@@ -18,7 +18,7 @@ from jobs.site import load_site
 from jobs.sweep_plans import plan
 from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THREE = {"world": 17, "server": 1, "parties": {"ms1m": 8, "ga": 4, "vgg": 4}, "validators": 0}
 TWELVE = {"world": 17, "server": 1, "validators": 0,
           "parties": {**{f"ms1m_{i}": 2 for i in range(4)}, **{f"ga_{i}": 1 for i in range(4)},

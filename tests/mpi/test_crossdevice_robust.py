@@ -1,6 +1,6 @@
 """Robust aggregation in the cross-device setting: every sampled client's upload reaches the server in its own
 row (not summed on the trainer ranks), so FedMedian, the trimmed mean and Krum see each client. Under mpirun on
-2 trainer ranks the global model equals the one-process reference (tests/crossdevice_harness.py), which applies
+2 trainer ranks the global model equals the one-process reference (tests/support/crossdevice_harness.py), which applies
 the same rule to the clients' uploads; a rule whose requirement the round's clients cannot meet is refused."""
 import pytest
 import torch

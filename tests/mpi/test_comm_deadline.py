@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jobs.mpirun import mpirun
 
-SCRIPT = Path(__file__).resolve().parent / "mpi_scripts" / "deadline_receive.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "mpi_scripts" / "deadline_receive.py"
 
 
 def test_deadline_receive_gather_bcast_and_allreduce():

@@ -3,7 +3,7 @@ of each rank (torch, torchvision, h5py, mpi4py: about 4.5 s of CPU), the runs th
 
 A test module declares its runs when it is imported (`declare`); the first test that asks for the fixture
 `shared_runs` (tests/conftest.py) launches every declared run, in declaration order, with
-tests/mpi_scripts/runs_in_one_launch.py, and gets {name: run folder}. Every run has the same world (WORLD ranks),
+tests/support/mpi_scripts/runs_in_one_launch.py, and gets {name: run folder}. Every run has the same world (WORLD ranks),
 its own log.name, and saves its final global model as <run folder>.pt (run.save_final); all read one data.root.
 A test that stops, kills or resumes a run launches it itself: that is about the process."""
 from __future__ import annotations

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "fmb"
 FOLDER_PREFIX = "fedmpi-bed-"
 COMMAND_TIMEOUT_S = 20.0
@@ -365,6 +365,6 @@ def sweep_stale() -> list[str]:
     return removed
 
 
-if __name__ == "__main__":  # `python tests/node_bed.py sweep`: remove beds left by killed sessions
+if __name__ == "__main__":  # `python tests/support/node_bed.py sweep`: remove beds left by killed sessions
     if sys.argv[1:] == ["sweep"]:
         print("removed:", sweep_stale() or "nothing")

@@ -1,4 +1,4 @@
-"""The tree's imports, read with ast (tests/import_graph.py): no circles, no arrow against LAYERS."""
+"""The tree's imports, read with ast (tests/support/import_graph.py): no circles, no arrow against LAYERS."""
 from import_graph import LAYERS, circles, import_graph, inner_arrows, reaching_out, source_files, upward_arrows
 
 

@@ -1,5 +1,5 @@
 """The sbatch scripts: sizing (no Slurm needed), then real runs on the one-node Slurm of slurm_cluster.py
-(CPU mode: FEDMPI_CPU=1, gloo, srun --mpi=pmix). The scripts across nodes are in tests/test_multinode.py: the
+(CPU mode: FEDMPI_CPU=1, gloo, srun --mpi=pmix). The scripts across nodes are in tests/cluster/test_multinode.py: the
 3-party script sizing itself, preempted (USR1), requeued and resumed; the 12-party script on 4 nodes launched
 with mpirun (FEDMPI_LAUNCHER=mpirun)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = {"3party": ROOT / "slurm" / "fedface_3party.sh", "12party": ROOT / "slurm" / "fedface_12party.sh"}
 CONFIGS = {"3party": ROOT / "configs" / "fedface_3party.yaml", "12party": ROOT / "configs" / "fedface_12party.yaml"}
 JOB_TIMEOUT_S = 600    # the 17-rank job: 45 s alone, 138 s in the suite here, over 240 s once in CI

@@ -1,7 +1,7 @@
 """TensorBoard events (fedmpi/store/tensorboard.py): what the server writes as a run goes and what
 `fedmpi-tensorboard` writes from a finished log, read back with tensorboard's own reader (EventAccumulator) and
 compared with the HDF5 log value by value (at float32, TensorBoard's scalar type). The live runs are the session's
-shared launch (tests/shared_runs.py): FedFace with FV and held-out evaluation, and DP-FedAvg with its ε."""
+shared launch (tests/support/shared_runs.py): FedFace with FV and held-out evaluation, and DP-FedAvg with its ε."""
 import math
 import subprocess
 import sys
@@ -18,7 +18,7 @@ from test_analysis import REAL_RUN
 from test_dp import LOUD
 
 FEDFACE = declare("fedface", [*REAL_RUN, "fv.enabled=true", "fv.iterations_per_round=1"])   # test_analysis's run
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_events(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -1,7 +1,7 @@
 """The shell commands of the user docs (README.md, docs/*.md) and what each must name to run as written: a module
 of this tree whose `--help` succeeds and lists every `--flag` given, a make target, a console script, a file of the
 repository; `python -m fedmpi.run` commands get their overrides validated by the config and, under mpirun, the
-world size checked against the layout. tests/test_docs_commands.py runs it; `python tests/docs_commands.py`
+world size checked against the layout. tests/mpi/test_docs_commands.py runs it; `python tests/support/docs_commands.py`
 prints every problem found.
 
 Commands are read from fenced blocks tagged bash/sh/shell (every line must be a known command) and from untagged
@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHELL_TAGS = ("bash", "sh", "shell")
 BUILTINS = ("source", "export", "cd", "[", "set", "unset", "echo", "ulimit")
 NOT_OURS = ("squeue", "scancel", "sacct", "scontrol", "sinfo", "srun", "pip", "git", "ssh", "module")

@@ -1,4 +1,4 @@
-"""fedmpi runs across the nodes of tests/node_bed.py under plain `mpirun --hostfile` (the documented launcher across
+"""fedmpi runs across the nodes of tests/support/node_bed.py under plain `mpirun --hostfile` (the documented launcher across
 hosts, its daemons started on each node by the bed's rsh agent): the tiny 3-party run the multi-node tests share,
 how to launch it with a given rank -> node map, and what its output and log say."""
 from __future__ import annotations

@@ -24,7 +24,7 @@ from fedmpi.config import load_config, to_yaml
 from fedmpi.store.h5log import RunLog
 from shared_runs import declare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PARTIES = ["ms1m", "ga", "vgg"]
 VAL_SETS = ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"]
 ROUNDS = 24
@@ -378,7 +378,7 @@ def test_curves_figure_and_plotted_data(sweep, tmp_path):
 
 
 # 3 parties of one rank each, 3 rounds of K=5 (server + 3 trainer ranks): FedFace (PFM + FV, one FV iteration
-# per round) and its centralized baseline, made in the session's one launch of shared runs (tests/shared_runs.py).
+# per round) and its centralized baseline, made in the session's one launch of shared runs (tests/support/shared_runs.py).
 # The FedFace run also serves the single-run tools (summary, table1, curves).
 REAL_RUN = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.steps_per_epoch=15", "fed.K=5",
             "optim.milestones=[]", "parties.ms1m.ranks=1", "parties.ms1m.data.identities=16",
