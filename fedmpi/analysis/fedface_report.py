@@ -101,7 +101,23 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     report.lines += header(report, rationale)
     if written_by:
         report.lines[4:4] = [f"This file was written again from the same logs by {written_by}.", ""]
+    t1, results_seeds, spread_f4 = table1_section(report)
+    results = fig4_section(report, spread_f4)
+    norms = fig5_section(report)
+    fig6_runs = weights_section(report, "fig6", "Fig. 6: FV weights over training", "Fig. 6",
+                                "fedmpi.analysis.weights.weights_table and weights_figure over the FV runs labelled fig6")
+    bad_runs = weights_section(report, "bad", "Bad party: FedFace with one party's labels shuffled", "bad party",
+                               "fedmpi.analysis.weights.weights_table over the shuffled run and its clean twin")
+    curves_section(report)
+    started = time.monotonic()
+    report.section("The paper's claims, checked against these numbers", [], started,
+                   [render(claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs), "md")],
+                   "fedmpi.analysis.fedface_claims over the tables above")
+    return report.write()
 
+
+def table1_section(report: Report):
+    """Table 1 and its seed-to-seed spread; (Table 1, the seeds' results, Fig. 4's spread table)."""
     started = time.monotonic()
     specs = report.specs("table1")
     runs = report.runs(specs)
@@ -119,7 +135,10 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     report.section(f"Table 1: final training loss per party (EMA {factor:.4g} per round = 0.99 per step)",
                    [n for _, n in specs + t1_seeds], started, body,
                    "fedmpi.analysis.table1.table1 over the runs labelled table1, blocks by model")
+    return t1, results_seeds, spread_f4
 
+
+def fig4_section(report: Report, spread_f4) -> list:
     started = time.monotonic()
     specs = report.specs("fig4")
     runs = report.runs(specs)
@@ -133,7 +152,10 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
                 render(spread_f4, "md")]
     report.section("Fig. 4: each method minus centralized, per validation set", [n for _, n in specs], started,
                    body, "fedmpi.analysis.relative.relative_results, held-out verification accuracy at the final evaluation")
+    return results
 
+
+def fig5_section(report: Report) -> list:
     started = time.monotonic()
     specs = report.specs("fig5")
     runs = report.runs([("a", n) for _, n in specs])
@@ -144,24 +166,16 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
         body = [render(norm_table(norms, "accuracy"), "md"), report.png(report.figure("fig5"), "Fig. 5")]
     report.section("Fig. 5: FV score normalisation, Local vs Moving Norm", [n for _, n in specs], started, body,
                    "fedmpi.analysis.weights.norm_results over the FV runs of setting (a)")
+    return norms
 
-    fig6_runs = weights_section(report, "fig6", "Fig. 6: FV weights over training", "Fig. 6",
-                                "fedmpi.analysis.weights.weights_table and weights_figure over the FV runs labelled fig6")
-    bad_runs = weights_section(report, "bad", "Bad party: FedFace with one party's labels shuffled", "bad party",
-                               "fedmpi.analysis.weights.weights_table over the shuffled run and its clean twin")
 
+def curves_section(report: Report) -> None:
     started = time.monotonic()
     curve_runs = report.runs([("a", n) for n in ("a-centralized", "a-fedavg", "a-pfm", "a-fedface")])
     if curve_runs:
         curves_figure(curve_runs, [], "accuracy", 0.9, str(report.figure("curves")))
         report.section("Training loss against steps, setting (a)", [r.label for r in curve_runs], started,
                        [report.png(report.figure("curves"), "curves")], "fedmpi.analysis.curves.curves_figure, EMA 0.9")
-
-    started = time.monotonic()
-    report.section("The paper's claims, checked against these numbers", [], started,
-                   [render(claims_table(t1, results, results_seeds, norms, fig6_runs, bad_runs), "md")],
-                   "fedmpi.analysis.fedface_claims over the tables above")
-    return report.write()
 
 
 def weights_section(report: Report, key: str, title: str, alt: str, what: str) -> list:

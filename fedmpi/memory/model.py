@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
@@ -148,70 +149,77 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
     rank (None: what data.workers gives on that device)."""
     from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets
 
-    m, b = cfg.model, DTYPE_BYTES[cfg.run.dtype]
-    D, n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
-    values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
-    rule = cfg.fed.algorithm
-    k_up, k_down, trainer_state, server_state = RULE_TENSORS.get(rule, (0, 0, 0, 0))
-    if cfg.fed.local_momentum:
-        trainer_state += 1
-    gpu = device == "cuda"
-    shared_on_node = cfg.run.share_node_memory and not gpu and not cfg.cross_device
-    if workers is None:
-        workers = cfg.data.loader_workers(device)
-    batch = cfg.optim.batch_size
+    s = _sizes(cfg, device, torch_build, workers)
     base = lambda role: {"torch": TORCH_MB[torch_build] * MB, "runtime": RUNTIME_MB[role] * MB}
-    ranks: list[RankNeed] = []
-    shared_per_party: dict[str, float] = {}
-
     validating = needs_validation_sets(cfg)
     dedicated = list(layout.validators)
-    sets = len(cfg.data.val_sets)
-    eval_transient = EVAL_LIVE_MAPS * cfg.eval.batch_size * largest * b
 
     def validation(n_sets: int) -> float:
-        return D * b + validation_image_bytes(cfg, n_sets) + eval_transient
+        return s.D * s.b + validation_image_bytes(cfg, n_sets) + s.eval_transient
 
     # the server
     P = len(layout.parties)
-    D_up = D + k_up * n
-    server = {"server": ((D + k_down * n) + P * D_up * (2 if fv_runs(cfg) else 1)
-                         + (0 if rule in SERVER_AVERAGES else D_up) + server_state * n) * b}
+    D_up = s.D + s.k_up * s.n
+    server = {"server": ((s.D + s.k_down * s.n) + P * D_up * (2 if fv_runs(cfg) else 1)
+                         + (0 if s.rule in SERVER_AVERAGES else D_up) + s.server_state * s.n) * s.b}
     if validating and not dedicated:
-        server["validation"] = validation(sets)
+        server["validation"] = validation(len(cfg.data.val_sets))
     need = RankNeed(0, "server", base("server"))
-    (need.gpu if gpu else need.host).update(server)
-    ranks.append(need)
-
+    (need.gpu if s.gpu else need.host).update(server)
+    ranks = [need]
+    shared_per_party: dict[str, float] = {}
     for party in layout.parties:
-        classes = party_classes(cfg, party)
-        size = len(party.ranks)
-        classes_here = math.ceil(classes / size) if m.classifier != "replicated" and size > 1 else classes
-        received = (D + k_down * n) * b                       # the global payload
-        kept_state = trainer_state - (1 if rule in NODE_SHARED_STATE and shared_on_node else 0)
-        shared_per_party[party.name] = (received + (trainer_state - kept_state) * n * b) if shared_on_node else 0.0
-        for i, rank in enumerate(party.ranks):
-            tensors = {
-                "model": (D + n) * b,
-                "payloads": k_up * n * b + (D * b if gpu and i == 0 else 0) + (0 if shared_on_node else received),
-                "rule state": kept_state * n * b,
-                "classifier": 3 * classes_here * m.embedding_size * b,
-                "activations": batch * (ACTIVATION_FACTOR * values + 4 * classes_here) * b + STEP_TRANSIENT_MB * MB,
-            }
-            need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))
-            (need.gpu if gpu else need.host).update(tensors)
-            need.host["workers"] = workers * WORKER_MB * MB
-            ranks.append(need)
-
+        shared_per_party[party.name] = _add_party(ranks, cfg, party, s, base)
     for rank, names in zip(dedicated, assign_sets(list(cfg.data.val_sets), len(dedicated)) if dedicated else []):
         need = RankNeed(rank, "validator", base("validator"))
-        (need.gpu if gpu else need.host)["validation"] = validation(len(names))
+        (need.gpu if s.gpu else need.host)["validation"] = validation(len(names))
         ranks.append(need)
-    if gpu:
+    if s.gpu:
         for need in ranks:
             need.gpu["cuda context"] = CUDA_CONTEXT_MB * MB
     shared: dict[tuple[str, str], float] = {}
     return LayoutNeed(ranks, shared, shared_per_party)
+
+
+def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNamespace:
+    """The figures every rank's estimate reads: the backbone's values (D, n trainable, b bytes each), its feature
+    maps, the rule's tensors, whether a party's ranks share a node's copy, workers, batch."""
+    m = cfg.model
+    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=cfg.fed.algorithm, gpu=device == "cuda",
+                        batch=cfg.optim.batch_size)
+    s.D, s.n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
+    s.values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
+    s.k_up, s.k_down, s.trainer_state, s.server_state = RULE_TENSORS.get(s.rule, (0, 0, 0, 0))
+    if cfg.fed.local_momentum:
+        s.trainer_state += 1
+    s.shared_on_node = cfg.run.share_node_memory and not s.gpu and not cfg.cross_device
+    s.workers = cfg.data.loader_workers(device) if workers is None else workers
+    s.eval_transient = EVAL_LIVE_MAPS * cfg.eval.batch_size * largest * s.b
+    return s
+
+
+def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
+    """Append the party's trainer ranks' needs to `ranks`; returns what its ranks on a node hold once there."""
+    classes = party_classes(cfg, party)
+    size = len(party.ranks)
+    classes_here = math.ceil(classes / size) if s.m.classifier != "replicated" and size > 1 else classes
+    b, n = s.b, s.n
+    received = (s.D + s.k_down * n) * b                       # the global payload
+    kept_state = s.trainer_state - (1 if s.rule in NODE_SHARED_STATE and s.shared_on_node else 0)
+    for i, rank in enumerate(party.ranks):
+        tensors = {
+            "model": (s.D + n) * b,
+            "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
+            "rule state": kept_state * n * b,
+            "classifier": 3 * classes_here * s.m.embedding_size * b,
+            "activations": (s.batch * (ACTIVATION_FACTOR * s.values + 4 * classes_here) * b
+                            + STEP_TRANSIENT_MB * MB),
+        }
+        need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))
+        (need.gpu if s.gpu else need.host).update(tensors)
+        need.host["workers"] = s.workers * WORKER_MB * MB
+        ranks.append(need)
+    return (received + (s.trainer_state - kept_state) * n * b) if s.shared_on_node else 0.0
 
 
 def place_shared(need: LayoutNeed, layout, nodes: list[str]) -> LayoutNeed:
