@@ -16,7 +16,8 @@ Layout (schema version 1):
                    of the pair sets, then the large-scale benchmarks, whose metrics are their own)
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
-A new log is written under a hidden name (`starting_name`) and takes its name at its first row.
+A new log is written under a hidden name (`starting_name`) and takes its name at its first row. Reading one:
+store/log_reader.py.
 """
 from __future__ import annotations
 
@@ -28,17 +29,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 1
+# the readers' names, imported from here by the analysis tools and the tests
+from fedmpi.store.log_reader import (SCHEMA_VERSION, LogReader, LogSchemaError, dataset_names, datasets_of,  # noqa: F401
+                                     open_log)
 
 ROUND_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "lr": ((), "f8"), "wall_time": ((), "f8"),
                  "round_time": ((), "f8"), "images_per_s": ((), "f8"), "bytes_moved": ((), "i8"),
                  "bytes_up": ((), "i8"), "bytes_down": ((), "i8"), "bytes_intra": ((), "i8"),
                  "fv_iterations": ((), "i8")}
 EVAL_METRICS = ("accuracy", "accuracy_std", "tar_far_1e-3", "tar_far_1e-2")
-
-
-class LogSchemaError(RuntimeError):
-    pass
 
 
 def _table(group: h5py.Group, columns: dict) -> None:
@@ -124,7 +123,7 @@ class RunLog:
             if not isinstance(g, h5py.Group) or "round" not in g:
                 continue
             keep = int(np.sum(g["round"][:] < resume_round))
-            for ds in _datasets(g):
+            for ds in datasets_of(g):
                 ds.resize(keep, axis=0)
 
     def record_bad_records(self, counts: dict[str, int]) -> None:
@@ -141,7 +140,7 @@ class RunLog:
     def append(self, table: str, **row) -> None:
         self._publish()
         g = self.f[table]
-        names = [name for name in _names(g)]
+        names = [name for name in dataset_names(g)]
         missing = set(names) - set(row)
         extra = set(row) - set(names)
         if missing or extra:
@@ -169,87 +168,3 @@ class RunLog:
 def starting_name(path: Path) -> Path:
     """Where a new log lives until its first row (`RunLog`); what a failed start leaves, if anything."""
     return path.with_name(f".{path.name}.starting")
-
-
-def _names(group: h5py.Group, prefix: str = "") -> list[str]:
-    out = []
-    for key, item in group.items():
-        if isinstance(item, h5py.Dataset):
-            out.append(prefix + key)
-        else:
-            out.extend(_names(item, prefix + key + "/"))
-    return out
-
-
-def _datasets(group: h5py.Group):
-    return [group[name] for name in _names(group)]
-
-
-def open_log(path: str | Path) -> h5py.File:
-    """The log opened read-only, in SWMR mode only when a writer holds it (a live run, or a server killed with
-    it open). A truncated file (a rank killed before HDF5 wrote it out) raises OSError at once: opened in SWMR
-    mode, HDF5 retries the reads of its missing metadata for minutes."""
-    try:
-        return h5py.File(path, "r", libver="latest")
-    except OSError as exc:
-        if "truncated file" in str(exc):
-            raise
-    return h5py.File(path, "r", libver="latest", swmr=True)
-
-
-class LogReader:
-    """Reader, safe while the run writes (SWMR). Refuses logs of an unknown schema with a clear message."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        try:
-            self.f = open_log(self.path)
-        except OSError as exc:
-            raise LogSchemaError(f"{self.path}: not a readable fedmpi log ({exc})") from None
-        version = self.f.attrs.get("schema_version")
-        if version is None:
-            raise LogSchemaError(f"{self.path}: not a fedmpi run log (no schema_version)")
-        if int(version) != SCHEMA_VERSION:
-            raise LogSchemaError(f"{self.path}: log schema version {int(version)}, this fedmpi reads "
-                                 f"version {SCHEMA_VERSION}")
-
-    @property
-    def parties(self) -> list[str]:
-        return json.loads(self.f.attrs["parties"])
-
-    @property
-    def algorithm(self) -> str:
-        return str(self.f.attrs["algorithm"])
-
-    @property
-    def config_yaml(self) -> str:
-        value = self.f["config"][()]
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    @property
-    def val_sets(self) -> list[str]:
-        return json.loads(self.f["eval"].attrs.get("sets", "[]"))
-
-    @property
-    def placement(self) -> list[dict]:
-        """Where the latest launch ran each rank: {rank, node, local_rank, address} (empty in older logs)."""
-        return json.loads(self.f.attrs.get("placement", "[]"))
-
-    def table(self, name: str) -> dict[str, np.ndarray]:
-        """All columns of a table, cut to the shortest (a row being appended is not yet whole)."""
-        g = self.f.get(name)
-        if g is None or "round" not in g:
-            return {}
-        for ds in _datasets(g):
-            ds.refresh()
-        n = min(ds.shape[0] for ds in _datasets(g))
-        return {key: g[key][:n] for key in _names(g)}
-
-    def close(self) -> None:
-        self.f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
