@@ -33,12 +33,14 @@ class Launch:
 
 
 def run_fedmpi(repo: Path, ranks: int, overrides: list[str], probe_dir: Path | None = None,
-               timeout: float = 1800, env: dict | None = None) -> Launch:
+               timeout: float = 1800, env: dict | None = None, wrapper: list[str] = ()) -> Launch:
     """`mpirun -n RANKS python -m fedmpi.run --config REPO/configs/demo_cpu.yaml OVERRIDES` in REPO (`env`:
-    variables added to the ranks' environment)."""
+    variables added to the ranks' environment; `wrapper`: a script and its arguments that run the module, as
+    bench/rank_probe.py does with `probe_dir`)."""
     args = ["-m", "fedmpi.run", "--config", str(repo / "configs" / "demo_cpu.yaml"), *overrides]
     if probe_dir is not None:
-        args = [str(PROBE), str(probe_dir), *args]
+        wrapper = [str(PROBE), str(probe_dir)]
+    args = [*wrapper, *args]
     cmd = [mpirun_binary(), "--oversubscribe", "--bind-to", "none", "-n", str(ranks), sys.executable, *args]
     started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo,
