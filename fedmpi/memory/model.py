@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fedmpi.relayout.batch import rank_batch
+
 MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
 RUNTIME_MB = {"server": 60.0, "trainer": 50.0, "validator": 50.0}
@@ -159,7 +161,6 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
     shared_on_node = cfg.run.share_node_memory and not gpu and not cfg.cross_device
     if workers is None:
         workers = cfg.data.loader_workers(device)
-    batch = cfg.optim.batch_size
     base = lambda role: {"torch": TORCH_MB[torch_build] * MB, "runtime": RUNTIME_MB[role] * MB}
     ranks: list[RankNeed] = []
     shared_per_party: dict[str, float] = {}
@@ -185,7 +186,7 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
 
     for party in layout.parties:
         classes = party_classes(cfg, party)
-        size = len(party.ranks)
+        size, batch = len(party.ranks), rank_batch(cfg, party.name)
         classes_here = math.ceil(classes / size) if m.classifier != "replicated" and size > 1 else classes
         received = (D + k_down * n) * b                       # the global payload
         kept_state = trainer_state - (1 if rule in NODE_SHARED_STATE and shared_on_node else 0)
