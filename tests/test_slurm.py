@@ -132,6 +132,8 @@ def test_a_requeued_job_on_a_smaller_allocation_resumes_with_the_parties_that_fi
     assert args[args.index("--resume") + 1] == "auto"
     assert "parties.ms1m.ranks=4" in args and "parties.ms1m.batch_size=128" in args
     assert not any(a.startswith(("parties.ga.", "parties.vgg.")) for a in args)
+    same = srun_line_in_a_job(tmp_path / "same", None, SLURM_RESTART_COUNT="1", SLURM_TASKS_PER_NODE="17")
+    assert "--ntasks=17" in same and not any(a.startswith("parties.") for a in same)   # it fits: as it was
 
 
 # ---------------------------------------------------------------- on the local Slurm
