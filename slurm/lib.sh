@@ -191,10 +191,28 @@ fedmpi_export_run_env() {
 # Inside a job: place the ranks, launch, forward the preemption signal, requeue on exit 75.
 fedmpi_run_in_job() {
     local layout world hosts hostfile cap=0
+    [ "$FEDMPI_CPU" = 1 ] || cap="$FEDMPI_GPUS_PER_NODE"
+    local resuming=0
+    if [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] || [[ " ${FEDMPI_ARG_FLAGS[*]} " == *" --resume "* ]]; then
+        resuming=1
+    fi
+    if [ "$resuming" = 1 ] && [ "${FEDMPI_FIT_ALLOCATION:-1}" = 1 ]; then
+        # A requeued (or resubmitted) job may get fewer nodes than the run started on: shrink the parties that
+        # must shrink to what this allocation holds, each keeping its batch per step, so that the resume
+        # continues the same run (docs/CLUSTER.md, "Resuming on another allocation").
+        local fitted
+        fitted=$(fedmpi_py -m jobs.fit_layout --config "$FEDMPI_ARG_CONFIG" "${FEDMPI_ARG_OVERRIDES[@]}" \
+                 --tasks-per-node "${SLURM_TASKS_PER_NODE:?not set: run this inside a Slurm job}" \
+                 --max-per-node "$cap") || exit 1
+        if [ -n "$fitted" ]; then
+            fedmpi_log "job $SLURM_JOB_ID holds fewer slots ($SLURM_TASKS_PER_NODE) than the layout: resuming with $fitted"
+            # shellcheck disable=SC2206
+            FEDMPI_ARG_OVERRIDES+=($fitted)
+        fi
+    fi
     layout=$(fedmpi_layout) || exit 1
     world=$(fedmpi_world "$layout")
     hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr '\n' ' ')
-    [ "$FEDMPI_CPU" = 1 ] || cap="$FEDMPI_GPUS_PER_NODE"
     hostfile=$(mktemp "${TMPDIR:-/tmp}/fedmpi-$SLURM_JOB_ID.XXXXXX.hosts")
     # shellcheck disable=SC2064
     trap "rm -f '$hostfile'" EXIT

@@ -96,18 +96,19 @@ def pytest_collection_modifyitems(config, items):
 # node id); worker-seconds from `make test PYTEST_ARGS=--durations=0` on 2 cores, 3 workers; every other group comes
 # after these, in collection order.
 LONGEST_FIRST = (
-    "tests/mpi/test_failures.py::reference+victim",                          # 313: ~30 launches, most refused on purpose
-    "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",             # 297: two 10-round runs
-    "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",                # 277: two FV launches
+    "tests/mpi/test_failures.py::reference+victim",                      # 313: ~30 launches, most refused on purpose
+    "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",         # 297: two 10-round runs
+    "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",            # 277: two FV launches
     "shared-runs",                                                       # 240
     "slurm-cluster",                                                     # ~290
-    "tests/cluster/test_multinode.py",                                           # 158: one bed, launches across nodes
-    "tests/mpi/test_checkpoint.py::reference",                               # 150
-    "tests/mpi/test_protocols_e2e.py::trained_run",                          # 142
-    "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",              # 138
-    "tests/mpi/test_reproduce.py::tiny",                                      # 126
-    "tests/mpi/test_run_e2e.py::test_demo_layout",                           # 109
-    "tests/mpi/test_run_e2e.py::test_17_rank",                               # 67
+    "tests/cluster/test_multinode.py",                                   # 158: one bed, launches across nodes
+    "tests/mpi/test_checkpoint.py::reference",                           # 150
+    "tests/mpi/test_protocols_e2e.py::trained_run",                      # 142
+    "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",          # 138
+    "tests/mpi/test_reproduce.py::tiny",                                 # 126
+    "tests/mpi/test_run_e2e.py::test_demo_layout",                       # 109
+    "tests/mpi/test_relayout_runs.py::runs",                             # ~90: three launches, each resumed on other rank counts
+    "tests/mpi/test_run_e2e.py::test_17_rank",                           # 67
 )
 
 

@@ -66,6 +66,7 @@ class PartyConfig:
     ranks: int = 1
     data: DataSpec = field(default_factory=DataSpec)
     attack: AttackSpec = field(default_factory=AttackSpec)
+    batch_size: int | None = None    # images per rank and step; empty: optim.batch_size
 
     def validate(self, cfg: "Config", fail, i: int) -> None:
         where = f"parties.{self.name or i}"
@@ -75,6 +76,13 @@ class PartyConfig:
             fail(f"{where}.name", "party names must be unique")
         if self.ranks <= 0:
             fail(f"{where}.ranks", f"must be > 0, got {self.ranks}")
+        if self.batch_size is not None and self.batch_size <= 0:
+            fail(f"{where}.batch_size", f"must be > 0 (or empty: optim.batch_size), got {self.batch_size}")
+        per_rank = self.batch_size or cfg.optim.batch_size
+        if cfg.model.bn_batch and per_rank % cfg.model.bn_batch:
+            fail(f"{where}.batch_size" if self.batch_size else "model.bn_batch",
+                 f"party {self.name}'s {per_rank} images per rank are not a multiple of model.bn_batch="
+                 f"{cfg.model.bn_batch}")
         self.data.validate(fail, f"{where}.data")
         self.attack.validate(fail, f"{where}.attack")
         if self.attack.scale != 1.0 and (cfg.fed.setting == "centralized" or cfg.cross_device):
@@ -131,6 +139,9 @@ class ModelConfig:
     margin: float | None = None      # None: 0.5 for ArcFace, 0.35 for CosFace
     classifier: str = "auto"         # auto | replicated | sharded
     sample_rate: float = 1.0         # partial-FC negative sampling
+    bn_batch: int = 0                # images a BatchNorm layer normalises together in training (0: a rank's
+                                     # whole batch); a run that may resume on other rank counts sets it to its
+                                     # smallest batch per rank, so its statistics do not depend on the layout
 
     def validate(self, cfg: "Config", fail) -> None:
         for key in ("embedding_size", "width", "scale"):
@@ -138,6 +149,8 @@ class ModelConfig:
                 fail(f"model.{key}", f"must be > 0, got {getattr(self, key)}")
         if not 0 < self.sample_rate <= 1:
             fail("model.sample_rate", f"must be in (0, 1], got {self.sample_rate}")
+        if self.bn_batch < 0:
+            fail("model.bn_batch", f"must be >= 0 (0: a rank's whole batch), got {self.bn_batch}")
 
 
 @dataclass

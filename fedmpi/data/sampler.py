@@ -1,4 +1,4 @@
-"""The deterministic, resumable batch stream of one trainer rank."""
+"""The deterministic, resumable batch stream of one trainer rank, cut from its party's stream."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -9,11 +9,12 @@ import numpy as np
 class ShardBatchSampler:
     """Infinite batches of (index, flip) for rank `rank` of `world` ranks sharing `n_items` items.
 
-    Pass p draws a permutation of all items and a flip bit per position from a generator seeded by
-    (seed, p); the rank keeps perm[rank::world] of the first world * (n_items // world) positions, so all
-    ranks see equally many items per pass and shards of one pass are disjoint. The rank's passes are
-    concatenated into one stream cut into batches of `batch_size`; batch k is the same whether the
-    stream starts at 0 or at start_step = k (checkpoint resume).
+    The party's stream does not depend on its rank count: pass p is a permutation of all items with a flip bit
+    per position, drawn from a generator seeded by (seed, p), and the passes are concatenated. Party step k
+    reads the G = world * batch_size positions [kG, (k+1)G) of that stream; rank r takes the positions
+    kG + j * world + r (j < batch_size). So with G kept, a party of 2 ranks x 32 and one of 1 rank x 64 read
+    the same images with the same flips at every step (a checkpoint moved between rank counts continues the
+    same stream), and batch k is the same whether the stream starts at 0 or at start_step = k.
     """
 
     def __init__(self, n_items: int, rank: int, world: int, batch_size: int, seed: int, start_step: int = 0):
@@ -25,27 +26,22 @@ class ShardBatchSampler:
             raise ValueError(f"batch_size must be >= 1 and start_step >= 0 (got {batch_size}, {start_step})")
         self.n_items, self.rank, self.world = n_items, rank, world
         self.batch_size, self.seed, self.start_step = batch_size, seed, start_step
-        self.per_pass = n_items // world
+        self.party_batch = world * batch_size
 
-    def shard(self, p: int) -> tuple[np.ndarray, np.ndarray]:
-        """(indices, flips) this rank reads in pass p."""
+    def pass_order(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, flips) of the party's pass p, position by position."""
         rng = np.random.default_rng([self.seed, p])
-        perm = rng.permutation(self.n_items)
-        flips = rng.random(self.n_items) < 0.5
-        used = self.per_pass * self.world
-        return perm[:used][self.rank::self.world], flips[:used][self.rank::self.world]
+        return rng.permutation(self.n_items), rng.random(self.n_items) < 0.5
 
     def __iter__(self) -> Iterator[list[tuple[int, bool]]]:
-        position = self.start_step * self.batch_size
-        p, offset = divmod(position, self.per_pass)
-        indices, flips = self.shard(p)
+        own = self.rank + self.world * np.arange(self.batch_size, dtype=np.int64)
+        passes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        step = self.start_step
         while True:
-            batch = []
-            while len(batch) < self.batch_size:
-                if offset == self.per_pass:
-                    p, offset = p + 1, 0
-                    indices, flips = self.shard(p)
-                take = min(self.batch_size - len(batch), self.per_pass - offset)
-                batch.extend(zip(indices[offset:offset + take].tolist(), flips[offset:offset + take].tolist()))
-                offset += take
-            yield batch
+            passes_of, offsets = np.divmod(step * self.party_batch + own, self.n_items)
+            for p in set(passes_of.tolist()) - set(passes):
+                passes[p] = self.pass_order(p)
+            for p in [p for p in passes if p < passes_of[0]]:
+                del passes[p]
+            yield [(int(passes[p][0][o]), bool(passes[p][1][o])) for p, o in zip(passes_of.tolist(), offsets.tolist())]
+            step += 1

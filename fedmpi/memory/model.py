@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from fedmpi.relayout.batch import rank_batch
+
 MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
 RUNTIME_MB = {"server": 60.0, "trainer": 50.0, "validator": 50.0}
@@ -183,10 +185,9 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
 
 def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNamespace:
     """The figures every rank's estimate reads: the backbone's values (D, n trainable, b bytes each), its feature
-    maps, the rule's tensors, whether a party's ranks share a node's copy, workers, batch."""
+    maps, the rule's tensors, whether a party's ranks share a node's copy, workers."""
     m = cfg.model
-    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=cfg.fed.algorithm, gpu=device == "cuda",
-                        batch=cfg.optim.batch_size)
+    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=cfg.fed.algorithm, gpu=device == "cuda")
     s.D, s.n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.k_up, s.k_down, s.trainer_state, s.server_state = RULE_TENSORS.get(s.rule, (0, 0, 0, 0))
@@ -201,7 +202,7 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
 def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
     """Append the party's trainer ranks' needs to `ranks`; returns what its ranks on a node hold once there."""
     classes = party_classes(cfg, party)
-    size = len(party.ranks)
+    size, batch = len(party.ranks), rank_batch(cfg, party.name)
     classes_here = math.ceil(classes / size) if s.m.classifier != "replicated" and size > 1 else classes
     b, n = s.b, s.n
     received = (s.D + s.k_down * n) * b                       # the global payload
@@ -212,7 +213,7 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
             "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
             "rule state": kept_state * n * b,
             "classifier": 3 * classes_here * s.m.embedding_size * b,
-            "activations": (s.batch * (ACTIVATION_FACTOR * s.values + 4 * classes_here) * b
+            "activations": (batch * (ACTIVATION_FACTOR * s.values + 4 * classes_here) * b
                             + STEP_TRANSIENT_MB * MB),
         }
         need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))

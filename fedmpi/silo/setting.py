@@ -18,8 +18,11 @@ from fedmpi.silo.side_work import SideWork
 
 
 def initial_weights(cfg: Config, layout: Layout) -> torch.Tensor:
-    """w at the start: uniform, or proportional to each party's batch (ranks x batch size)."""
-    sizes = torch.tensor([len(p.ranks) for p in layout.parties], dtype=torch.float64)
+    """w at the start: uniform, or proportional to each party's batch per step (ranks x batch per rank, which a
+    resume on other rank counts keeps)."""
+    from fedmpi.relayout.batch import party_batches
+
+    sizes = torch.tensor(list(party_batches(cfg, layout).values()), dtype=torch.float64)
     w = torch.ones_like(sizes) if cfg.fed.weighting == "uniform" else sizes
     return w / w.sum()
 

@@ -18,7 +18,9 @@ from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
 from fedmpi.silo.party_gradients import PartyGradients
 from fedmpi.silo.precision import Precision
+from fedmpi.models.bn_groups import normalise_in_groups
 from fedmpi.models.sgd import MomentumSGD
+from fedmpi.relayout.batch import rank_batch
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
 from fedmpi.layout import Party
@@ -40,7 +42,7 @@ def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device)
     from fedmpi.data import ShardBatchSampler
     from fedmpi.models.heads import check_label_range
 
-    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), cfg.optim.batch_size,
+    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), rank_batch(cfg, party.name),
                                 seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
     workers = cfg.data.loader_workers(device)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
@@ -66,6 +68,8 @@ class Trainer:
         self.is_leader = ctx.rank == self.party.leader
         self.dataset = open_party_dataset(self.party, cfg.data)
         self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
+        self.batch_size = rank_batch(cfg, self.party.name)
+        normalise_in_groups(self.backbone, self.batch_size, cfg.model.bn_batch)
         self.state = BackboneState(self.backbone)
         self.algorithm = build_algorithm(cfg)
         self.node = ctx.node_share   # None: this rank holds its own copy of what its party's ranks share
@@ -144,7 +148,7 @@ class Trainer:
     def report(self, r: int, trained, seconds: float) -> None:
         cfg = self.ctx.cfg
         send_statistics(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
-                             "images": cfg.fed.K * cfg.optim.batch_size, "bad_records": self.bad_records()})
+                             "images": cfg.fed.K * self.batch_size, "bad_records": self.bad_records()})
 
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
@@ -222,21 +226,34 @@ class Trainer:
         return {party_part(self.party.name, self.party.ranks.index(self.ctx.rank)): tree}
 
     def load_checkpoint(self, folder) -> int:
-        """Take this rank's state from a checkpoint written by `checkpoint_parts`; returns the round to continue at
-        (the global Θ came with the server's first broadcast)."""
-        saved = read_part(folder / party_part(self.party.name, self.party.ranks.index(self.ctx.rank)))
+        """Take this rank's state from a checkpoint written by `checkpoint_parts`, by this party on this rank count
+        or on another (fedmpi/relayout: the classifier's blocks re-split, generators derived); returns the round
+        to continue at (the global Θ came with the server's first broadcast)."""
+        from fedmpi.relayout.party_state import relaid_part, saved_rank_count, seed_generators, seed_of
+        from fedmpi.store.manifest import read_manifest
+
+        index, ranks = self.party.ranks.index(self.ctx.rank), len(self.party.ranks)
+        saved_ranks = saved_rank_count(read_manifest(folder), self.party.name) or ranks
+        if saved_ranks == ranks:
+            saved = read_part(folder / party_part(self.party.name, index))
+        else:
+            saved = relaid_part(folder, self.party.name, saved_ranks, ranks, index, self.ctx.cfg.model.classifier)
         self.classifier.load_state_dict(saved["classifier"])
         self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
         self.precision.load_state_dict(saved["precision"])
-        leader = saved if self.is_leader else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
+        leader = saved if "algorithm" in saved else read_part(folder / party_part(self.party.name, 0), ("algorithm",))
         targets = self.algo_state
         if not self.keeps:   # the keeper restores what the party's ranks on its node share
             targets = {k: torch.empty_like(v) if k in self.algorithm.global_state else v for k, v in targets.items()}
         copy_into(targets, leader["algorithm"], "algorithm")
         if self.node:
             self.node.wait_for_party("the rule's state from the checkpoint")
-        restore_rng(saved["rng"])
-        return int(saved["_attrs"]["round"])
+        rounds_done = int(saved["_attrs"]["round"])
+        if saved_ranks == ranks:
+            restore_rng(saved["rng"])
+        else:
+            seed_generators(seed_of(self.ctx.cfg.run.seed, self.party.index, rounds_done, index))
+        return rounds_done
 
 
 def run_trainer(ctx: Context, run_dir, resume=None) -> int:

@@ -70,6 +70,8 @@ class RunLog:
                              eval_columns or {})
                 for name, columns in (extra_tables or {}).items():  # {table: {column: (shape, dtype)}}
                     _table(f.require_group(name), columns)
+                if resume_round is not None and config_changes:   # a new log continuing another run's checkpoint
+                    f.attrs["config_changes"] = json.dumps([{"round": resume_round, "changes": config_changes}])
             self.f = h5py.File(self._unpublished, "r+", libver="latest")
         if placement:  # this launch's (a resumed run may run on other nodes); SWMR allows no new attribute later
             self.f.attrs["placement"] = json.dumps(placement)

@@ -5,6 +5,7 @@ Choosing and checking a checkpoint does not load it (no torch), so that a refuse
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,21 +26,30 @@ SIGNATURE_LABELS = {"topology": "topology", "algorithm": "fed.algorithm", "K": "
 
 def run_signature(cfg, layout) -> dict:
     """What a checkpoint's state depends on; a resume with any of these changed is refused. (Validators hold
-    no state: their number may change.)"""
+    no state: their number may change; so may a party's rank count, `party_batch_changes`.)"""
     m = cfg.model
     from fedmpi.algorithms.registry import method_key
 
     solo = f" ({cfg.fed.solo_party})" if cfg.fed.solo_party else ""
     algorithm = method_key(cfg.fed.algorithm, cfg.fed.setting) + solo
-    topology = " + ".join(["1 server", *(f"{p.name} {len(p.ranks)}" for p in layout.parties)])
+    topology = " + ".join(["1 server", *(p.name for p in layout.parties)])
     return {"topology": topology, "algorithm": algorithm, "K": cfg.fed.K,
             "model": f"{m.backbone} width {m.width} embedding {m.embedding_size} input {cfg.data.image_size} "
                      f"{cfg.run.dtype}",
             "classifier": m.classifier}
 
 
+def _without_rank_counts(topology):
+    """A signature's topology as this fedmpi writes it: checkpoints of the earlier format name each party with
+    its rank count ('1 server + ms1m 8 + ga 4'), which a resume may now change."""
+    if not isinstance(topology, str):
+        return topology
+    return " + ".join(re.sub(r" \d+$", "", piece) for piece in topology.split(" + "))
+
+
 def check_compatible(folder: Path, manifest: dict, cfg, layout) -> None:
-    saved = manifest.get("signature", {})
+    saved = dict(manifest.get("signature", {}))
+    saved["topology"] = _without_rank_counts(saved.get("topology"))
     for key, current in run_signature(cfg, layout).items():
         if saved.get(key) != current:
             label = SIGNATURE_LABELS[key]
@@ -92,22 +102,74 @@ def _flat(tree, prefix: str = "") -> dict:
     return {prefix[:-1]: tree}
 
 
-def config_changes(folder: Path, cfg) -> dict:
-    """{dotted key: [value in the checkpoint's config, value now]} for every key that changes the run."""
+def saved_config(folder: Path) -> dict:
+    """The config a checkpoint's run was computed with, as plain data."""
     import yaml
-
-    from fedmpi.config import to_dict
-    from fedmpi.config.fed import unread_keys
 
     try:
         with h5py.File(Path(folder) / SERVER_PART, "r") as f:
-            saved = yaml.safe_load(f["config"].asstr()[()])
+            return yaml.safe_load(f["config"].asstr()[()])
     except (OSError, KeyError, yaml.YAMLError) as exc:
         raise ResumeError(f"--resume: {folder}/{SERVER_PART}: cannot read the run's config ({exc})") from None
-    before, now = _flat(saved), _flat(to_dict(cfg))
+
+
+# How a party's batch is split over its ranks: the layout's, which a resume may change while the party's
+# batch per step stays (`party_batch_changes`); optim.batch_size is then only the default batch per rank.
+LAYOUT_KEYS = ("ranks", "batch_size")
+
+
+def _without_layout(tree: dict, cross_device: bool) -> dict:
+    tree = dict(tree)
+    tree["parties"] = [{k: v for k, v in p.items() if k not in LAYOUT_KEYS} for p in tree.get("parties", [])]
+    if not cross_device:   # across devices optim.batch_size is the clients' batch: a change of the run
+        tree["optim"] = {k: v for k, v in tree.get("optim", {}).items() if k != "batch_size"}
+    return tree
+
+
+def config_changes(folder: Path, cfg) -> dict:
+    """{dotted key: [value in the checkpoint's config, value now]} for every key that changes the run (but for
+    the layout's split of a party's batch over its ranks, `party_batch_changes`)."""
+    from fedmpi.config import to_dict
+    from fedmpi.config.fed import unread_keys
+
+    saved = saved_config(folder)
+    before = _flat(_without_layout(saved, cfg.cross_device))
+    now = _flat(_without_layout(to_dict(cfg), cfg.cross_device))
     unread = unread_keys(cfg)
     return {key: [before.get(key), now.get(key)] for key in sorted(set(before) | set(now))
             if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS) and key not in unread}
+
+
+def party_batch_changes(folder: Path, manifest: dict, cfg, layout) -> dict:
+    """{'parties.NAME.images_per_step': [before, now]} for each party whose batch per step (ranks x batch per
+    rank) differs from the checkpoint's: its data stream and its gradients differ then, whereas the same batch
+    on other rank counts continues the same run (docs/CLUSTER.md)."""
+    from fedmpi.relayout.batch import describe, rank_batch, saved_party_batches
+
+    if cfg.cross_device:   # the clients' state lives on the server: any number of trainer ranks continues it
+        return {}
+    saved_ranks = manifest.get("topology", {}).get("parties", {})
+    saved = saved_party_batches(manifest, saved_config(folder))
+    changes = {}
+    for party in layout.parties:
+        now = (len(party.ranks), rank_batch(cfg, party.name))
+        before = saved.get(party.name)
+        if before is not None and before != now[0] * now[1]:
+            ranks = int(saved_ranks.get(party.name, 0))
+            old = describe(ranks, before // ranks) if ranks and before % ranks == 0 else str(before)
+            changes[f"parties.{party.name}.images_per_step"] = [old, describe(*now)]
+    return changes
+
+
+def check_party_batches(folder: Path, manifest: dict, cfg, layout, allowed: bool) -> dict:
+    changes = party_batch_changes(folder, manifest, cfg, layout)
+    if changes and not allowed:
+        listed = "; ".join(f"party {key.split('.')[1]}: {old} images per step (ranks x batch per rank), this run "
+                           f"{new}" for key, (old, new) in changes.items())
+        raise ResumeError(f"--resume: {folder} was written with another batch per step ({listed}); keep the "
+                          f"party's batch per step (parties.NAME.batch_size), or add --allow-config-changes to "
+                          f"continue with the new one (recorded in the log)")
+    return changes
 
 
 def check_changes(folder: Path, cfg, allowed: bool) -> dict:
@@ -155,7 +217,8 @@ def find_resume_point(resume: str | None, cfg, layout, run_dir: Path,
     if manifest["round"] > cfg.rounds:
         raise ResumeError(f"--resume: {folder} is after round {manifest['round']}, but this config has only "
                           f"{cfg.rounds} rounds")
-    changes = check_changes(folder, cfg, allow_changes)
+    changes = {**check_party_batches(folder, manifest, cfg, layout, allow_changes),
+               **check_changes(folder, cfg, allow_changes)}
     rounds_done = int(manifest["round"])
     abandoned = lineage.set_aside_future(directory, rounds_done, _say)
     if abandoned is not None:

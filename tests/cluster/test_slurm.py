@@ -96,7 +96,7 @@ def test_bad_arguments_are_refused_before_submitting():
     assert out.returncode == 1 and "fed.K: must be > 0, got 0" in out.stderr
 
 
-def srun_line_in_a_job(tmp_path: Path, cpus_per_task: str | None) -> list[str]:
+def srun_line_in_a_job(tmp_path: Path, cpus_per_task: str | None, **slurm: str) -> list[str]:
     """The srun command the script runs inside a job (SLURM_* as Slurm sets them), recorded by a stand-in
     srun on PATH instead of launched."""
     bin_dir = tmp_path / "bin"
@@ -111,6 +111,7 @@ def srun_line_in_a_job(tmp_path: Path, cpus_per_task: str | None) -> list[str]:
     env.pop("SLURM_CPUS_PER_TASK", None)
     if cpus_per_task:
         env["SLURM_CPUS_PER_TASK"] = cpus_per_task
+    env.update(slurm)
     subprocess.run(["bash", str(SCRIPTS["3party"]), f"log.dir={tmp_path}"], capture_output=True, text=True,
                    timeout=120, env=env)
     return (tmp_path / "srun-args").read_text().splitlines()
@@ -121,6 +122,18 @@ def test_srun_is_given_the_jobs_cpus_per_task(tmp_path):
     args = srun_line_in_a_job(tmp_path, "3")
     assert "--cpus-per-task=3" in args and args[args.index("--kill-on-bad-exit=1") + 1] == "--cpus-per-task=3"
     assert not any(a.startswith("--cpus-per-task") for a in srun_line_in_a_job(tmp_path / "none", None))
+
+
+def test_a_requeued_job_on_a_smaller_allocation_resumes_with_the_parties_that_fit_it(tmp_path):
+    """The 3-party layout needs 17 ranks; requeued onto 13 slots, ms1m goes from 8 ranks x 64 to 4 x 128 (its
+    batch per step kept) and the run resumes with --resume auto."""
+    args = srun_line_in_a_job(tmp_path, None, SLURM_RESTART_COUNT="1", SLURM_TASKS_PER_NODE="13")
+    assert "--ntasks=13" in args
+    assert args[args.index("--resume") + 1] == "auto"
+    assert "parties.ms1m.ranks=4" in args and "parties.ms1m.batch_size=128" in args
+    assert not any(a.startswith(("parties.ga.", "parties.vgg.")) for a in args)
+    same = srun_line_in_a_job(tmp_path / "same", None, SLURM_RESTART_COUNT="1", SLURM_TASKS_PER_NODE="17")
+    assert "--ntasks=17" in same and not any(a.startswith("parties.") for a in same)   # it fits: as it was
 
 
 # ---------------------------------------------------------------- on the local Slurm

@@ -168,10 +168,11 @@ BAD_INPUTS = {
                                                                  r"folder .*"),
     "--resume from a missing path": Bad(WORLD, ("--resume", "{ckpt}/round_000009"),
                                         r"error: .*round_000009: no such checkpoint folder"),
-    "--resume with another topology": Bad(3, ("parties.a.ranks=1", "--resume", "auto"),
-                                          r"error: --resume: .*round_000006 was written by a run with topology "
-                                          r"'1 server \+ a 2 \+ b 1', this run has topology '1 server \+ a 1 \+ "
-                                          r"b 1'; a run resumes only with the same topology"),
+    "--resume with another batch per step": Bad(3, ("parties.a.ranks=1", "--resume", "auto"),
+                                                r"error: --resume: .*round_000006 was written with another batch "
+                                                r"per step \(party a: 2 x 4 = 8 images per step \(ranks x batch "
+                                                r"per rank\), this run 1 x 4 = 4\); keep the party's batch per step "
+                                                r"\(parties\.NAME\.batch_size\), or add --allow-config-changes .*"),
     "--resume with another algorithm": Bad(WORLD, ("fed.algorithm=fedavg", "--resume", "auto"),
                                            r"error: --resume: .*round_000006 was written by a run with "
                                            r"fed\.algorithm 'pfm', this run has fed\.algorithm 'fedavg'; .*"),

@@ -143,7 +143,7 @@ def test_stream_is_deterministic_and_resumes_at_any_step():
     assert all(len(b) == 7 for b in full)
     # pass 1 is a new permutation, not a repeat of pass 0
     sampler = ShardBatchSampler(50, 1, 3, 7, seed=9)
-    assert sampler.shard(0)[0].tolist() != sampler.shard(1)[0].tolist()
+    assert sampler.pass_order(0)[0].tolist() != sampler.pass_order(1)[0].tolist()
 
 
 def test_sampler_errors():

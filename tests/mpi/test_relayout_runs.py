@@ -1,0 +1,168 @@
+"""A checkpoint resumed on other rank counts continues the same run (under mpirun, the 3-party demo layout
+shrunk): party ms1m of 2 ranks x 4 images and of 1 rank x 8 read the same images (the party's stream does not
+depend on its rank count) and normalise them in the same BatchNorm groups (model.bn_batch=4), so a run
+resumed after round 1 on the other layout ends round 4 equal to the uninterrupted one up to the reduction
+order, for PFM + FV (deterministic schedule), FedAvgM, SCAFFOLD and DP-FedAvg (the same noise). float64, so
+that the tolerance (1e-9 relative, max |difference| / max |value| of Θ) tells reduction order from a wrong
+image: these tiny networks (BatchNorm over 4 images of 1x1 maps) amplify float32 rounding by about 100 a round.
+
+Three launches hold every run: 1/1/1 (the uninterrupted runs), 2/1/1 (the uninterrupted runs and the resumes
+of the 1/1/1 checkpoints), 1/1/1 (the resumes of the 2/1/1 checkpoints and a resume that changes the party's
+batch per step with --allow-config-changes)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fedmpi.store.h5log import LogReader
+from jobs.mpirun import ROOT, mpi_env
+from fedmpi.store.manifest import read_part
+
+SCRIPT = str(ROOT / "tests" / "support" / "mpi_scripts" / "runs_in_one_launch.py")
+ROUNDS, K, TOLERANCE = 4, 2, 1e-9
+TWO = [("parties=[{name: ms1m, ranks: 2, data: {style: ms1m, identities: 9, images_per_identity: 4}},"
+        " {name: ga, ranks: 1, data: {style: ga, identities: 6, images_per_identity: 4}},"
+        " {name: vgg, ranks: 1, data: {style: vgg, identities: 5, images_per_identity: 4}}]")]
+ONE = ["parties.ms1m.ranks=1", "parties.ms1m.batch_size=8"]          # party ms1m keeps 8 images a step
+COMMON = ["data.image_size=16", "data.workers=0", "data.val_pairs_per_fold=4", "model.width=0.125",
+          "model.embedding_size=16", "model.scale=16.0", "optim.batch_size=4", "model.bn_batch=4",
+          "optim.epochs=1", f"optim.steps_per_epoch={ROUNDS * K}", "optim.milestones=[]", f"fed.K={K}",
+          "eval.every=0", "checkpoint.every=1", f"checkpoint.keep={ROUNDS}", "run.deterministic=true",
+          "run.dtype=float64"]
+RULES = {
+    "pfm-fv": ["fed.algorithm=pfm", "fv.enabled=true", "fv.placement=server", "fv.iterations_per_round=1",
+               "fv.T=2", "data.val_sets=[lfw]"],
+    "fedavgm": ["fed.algorithm=fedavgm"],
+    "scaffold": ["fed.algorithm=scaffold"],
+    "dp-fedavg": ["fed.algorithm=fedavg", "fed.dp.enabled=true", "fed.dp.clip=1.0", "fed.dp.noise_multiplier=0.5"],
+}
+
+
+def _launch(base, world: int, runs: dict[str, list[str]], label: str) -> None:
+    from jobs.mpirun import mpirun
+
+    plan = [[*args, f"log.dir={base}", f"log.name={name}", f"data.root={base / 'data'}"]
+            for name, args in runs.items()]
+    (base / f"{label}.json").write_text(json.dumps(plan))
+    out = mpirun(world, [SCRIPT, str(base / f"{label}.json")], timeout=600)
+    assert out.returncode == 0, f"{label}\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
+
+
+def old_format(folder, copy):
+    """The checkpoint as fedmpi wrote it before rank counts could change: the signature's topology names each
+    party's rank count, the manifest has no batches per step."""
+    shutil.copytree(folder, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["party_batches"]
+    manifest["signature"]["topology"] = "1 server + ms1m 1 + ga 1 + vgg 1"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+
+def reshard(source, out, overrides: list[str]) -> str:
+    """`python -m tools.reshard SOURCE --layout CONFIG OVERRIDES --out OUT` (the config: the defaults); its output."""
+    config = out.parent / f"{out.name}.yaml"
+    config.write_text("{}\n")
+    done = subprocess.run([sys.executable, "-m", "tools.reshard", str(source), "--layout", str(config), *overrides,
+                           "--out", str(out)], check=False, capture_output=True, text=True, timeout=120,
+                          env=mpi_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _from(base, run: str) -> list[str]:
+    return ["--resume", str(base / run / "ckpt" / "round_000001")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("relayout")
+    _launch(base, 4, {f"one-{r}": [*TWO, *COMMON, *ONE, *a] for r, a in RULES.items()}, "one")
+    _launch(base, 5, {**{f"two-{r}": [*TWO, *COMMON, *a] for r, a in RULES.items()},
+                      **{f"one-two-{r}": [*TWO, *COMMON, *a, *_from(base, f"one-{r}")] for r, a in RULES.items()}},
+            "two")
+    old_format(base / "one-fedavgm" / "ckpt" / "round_000001", base / "old-format" / "ckpt" / "round_000001")
+    reshard(base / "two-fedavgm" / "ckpt" / "round_000001", base / "offline", [*TWO, *COMMON, *ONE, *RULES["fedavgm"]])
+    _launch(base, 4, {**{f"two-one-{r}": [*TWO, *COMMON, *ONE, *a, *_from(base, f"two-{r}")]
+                         for r, a in RULES.items()},
+                      "offline-resumed": [*TWO, *COMMON, *ONE, *RULES["fedavgm"], "--resume", str(base / "offline")],
+                      "old-resumed": [*TWO, *COMMON, *ONE, *RULES["fedavgm"], *_from(base, "old-format")],
+                      "batch-changed": [*TWO, *COMMON, "parties.ms1m.ranks=1", *RULES["fedavgm"],
+                                        *_from(base, "two-fedavgm"), "--allow-config-changes"]}, "resumed")
+    return base
+
+
+def theta(base, run: str, rounds_done: int = ROUNDS) -> torch.Tensor:
+    return read_part(base / run / "ckpt" / f"round_{rounds_done:06d}" / "server.h5")["theta"]
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / a.abs().max())
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_resumed_on_the_other_layout_follows_the_uninterrupted_run(runs, rule):
+    assert relative(theta(runs, f"two-{rule}"), theta(runs, f"two-one-{rule}")) < TOLERANCE      # 2/1/1 -> 1/1/1
+    assert relative(theta(runs, f"one-{rule}"), theta(runs, f"one-two-{rule}")) < TOLERANCE      # 1/1/1 -> 2/1/1
+    with LogReader(runs / f"two-{rule}" / "log.h5") as a, LogReader(runs / f"two-one-{rule}" / "log.h5") as b:
+        assert torch.allclose(torch.as_tensor(a.table("rounds")["loss"][1:]),
+                              torch.as_tensor(b.table("rounds")["loss"]), rtol=TOLERANCE, atol=0)
+
+
+def test_the_party_classifier_and_rule_state_are_resplit_and_carried(runs):
+    """After the resume the party's classifier is the concatenation of its shards and equals the uninterrupted
+    run's; SCAFFOLD's c_i (in the leader's part) and the momentum buffers came across."""
+    two = [read_part(runs / "two-scaffold" / "ckpt" / "round_000004" / f"party-ms1m-{k}.h5") for k in range(2)]
+    one = read_part(runs / "two-one-scaffold" / "ckpt" / "round_000004" / "party-ms1m-0.h5")
+    merged = torch.cat([p["classifier"]["weight"] for p in two])
+    assert merged.shape == one["classifier"]["weight"].shape
+    assert relative(merged, one["classifier"]["weight"]) < TOLERANCE
+    momentum = torch.cat([p["classifier_optimizer"]["state"][0]["momentum_buffer"] for p in two])
+    assert relative(momentum, one["classifier_optimizer"]["state"][0]["momentum_buffer"]) < TOLERANCE
+    control = [torch.cat([c.reshape(-1) for c in p["algorithm"]["control"]]) for p in (two[0], one)]
+    assert relative(*control) < 100 * TOLERANCE      # c_i = (Θ - y) / (K η_l): a difference of models, over 0.2
+
+
+def test_a_changed_batch_per_step_runs_with_allow_config_changes_and_the_log_records_it(runs):
+    with LogReader(runs / "batch-changed" / "log.h5") as log:
+        changes = json.loads(log.f.attrs["config_changes"])
+    assert changes == [{"round": 1, "changes": {"parties.ms1m.images_per_step": ["2 x 4 = 8", "1 x 4 = 4"]}}]
+
+
+def test_a_checkpoint_resharded_offline_resumes_as_the_online_relayout_does(runs):
+    assert theta(runs, "offline-resumed").equal(theta(runs, "two-one-fedavgm"))
+
+
+def test_an_old_format_checkpoint_resumes_on_its_own_layout_bit_for_bit(runs):
+    assert theta(runs, "old-resumed").equal(theta(runs, "one-fedavgm"))
+
+
+def test_offline_reshard_and_export_write_the_split_and_the_merged_classifier(runs, tmp_path):
+    """`python -m tools.reshard` re-splits party ms1m's 2 shards for 1 rank (and back), bit for bit; `fedmpi-export
+    --classifier` writes the concatenation of the shards as one PartialFC state_dict."""
+    source = runs / "two-scaffold" / "ckpt" / "round_000002"
+    one, back = tmp_path / "one", tmp_path / "back"
+    overrides = [*TWO, *COMMON, *RULES["scaffold"]]
+    assert reshard(source, one, [*overrides, *ONE]) == f"{one}: ms1m 2 -> 1 ranks; resume with --resume {one}"
+    assert reshard(one, back, overrides) == f"{back}: ms1m 1 -> 2 ranks; resume with --resume {back}"
+    shards = [read_part(source / f"party-ms1m-{k}.h5") for k in range(2)]
+    merged = read_part(one / "party-ms1m-0.h5")
+    assert merged["classifier"]["weight"].equal(torch.cat([p["classifier"]["weight"] for p in shards]))
+    assert merged["algorithm"]["control"][0].equal(shards[0]["algorithm"]["control"][0])
+    for k in range(2):
+        again = read_part(back / f"party-ms1m-{k}.h5")
+        assert again["classifier"]["weight"].equal(shards[k]["classifier"]["weight"])
+        assert again["classifier_optimizer"]["state"][0]["momentum_buffer"].equal(
+            shards[k]["classifier_optimizer"]["state"][0]["momentum_buffer"])
+    done = subprocess.run([sys.executable, "-m", "tools.export", str(source), "--out", str(tmp_path / "m.pth"),
+                           "--classifier", "ms1m"], check=False, capture_output=True, text=True, timeout=120,
+                          env=mpi_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "ms1m_fc.pt: party ms1m's classifier, 9 classes x 16, merged from 2 shards" in done.stdout
+    exported = torch.load(tmp_path / "ms1m_fc.pt", weights_only=True)
+    assert list(exported) == ["weight"]
+    assert exported["weight"].equal(torch.cat([p["classifier"]["weight"] for p in shards]).float())
