@@ -111,7 +111,8 @@ fedmpi_parse_args() {
             --config=*) FEDMPI_ARG_CONFIG="${1#--config=}"; shift ;;
             --resume) [ "$#" -ge 2 ] || fedmpi_die "--resume needs auto or a path"; FEDMPI_ARG_FLAGS+=(--resume "$2"); shift 2 ;;
             --resume=*) FEDMPI_ARG_FLAGS+=(--resume "${1#--resume=}"); shift ;;
-            -*) fedmpi_die "unknown option $1 (accepted: --config FILE, --resume auto|PATH, key=value overrides)" ;;
+            --allow-config-changes) FEDMPI_ARG_FLAGS+=("$1"); shift ;;
+            -*) fedmpi_die "unknown option $1 (accepted: --config FILE, --resume auto|PATH, --allow-config-changes, key=value overrides)" ;;
             *=*) FEDMPI_ARG_OVERRIDES+=("$1"); shift ;;
             *) fedmpi_die "argument '$1' is not an override: write key.path=value" ;;
         esac

@@ -9,6 +9,7 @@ run. Under Slurm: the 3-party script preempted and requeued, a node's link lost,
 launched with mpirun."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -454,27 +455,48 @@ def test_a_node_whose_link_goes_down_ends_the_slurm_job_and_the_run_resumes_on_o
     np.testing.assert_array_equal(rounds["loss"], ref_rounds["loss"])
 
 
-def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement_under_mpirun(bed, ws, slurm):
+TWELVE_PARTY = "slurm-12party"
+# model.bn_batch: BatchNorm over fixed groups of 4 of a party's images, the same on 2 ranks x 4 as on 1 x 8, so that
+# the run may move to other rank counts (docs/CLUSTER.md)
+TWELVE_PARTY_ARGS = ["checkpoint.every=1", "model.bn_batch=4"]
+
+
+def submit_12party(slurm, ws, out, *extra: str, ranks_per_node: int = 5, sbatch: str = ""):
+    """`slurm/fedface_12party.sh` (the shrunk config; `extra` after it, so that its overrides win) launched with the
+    site's mpirun (FEDMPI_LAUNCHER=mpirun: Open MPI's sequential mapper over the script's hostfile); the job's final
+    state fields once it ended."""
+    from jobs.mpirun import mpirun_binary
+    from test_slurm import CONFIGS, ROOT as REPO, SHRINK, job_id, shrink_parties
+
+    submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_12party.sh"), *SHRINK,
+                           *shrink_parties(CONFIGS["12party"]), *TWELVE_PARTY_ARGS, *extra, f"log.dir={ws.base / 'runs'}",
+                           f"log.name={TWELVE_PARTY}", f"data.root={ws.base / 'data12'}"], check=False, timeout=60,
+                          cwd=str(ws.base),
+                          env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": str(ranks_per_node),
+                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out} {sbatch}", "FEDMPI_LAUNCHER": "mpirun",
+                               "FEDMPI_MPIRUN": mpirun_binary(), "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    return slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600, output=out)
+
+
+@pytest.fixture(scope="module")
+def twelve_party(bed, ws, slurm):
+    """The 12-party run on the four nodes at 5 ranks per node: (the job's state fields, its output)."""
+    out = ws.base / "slurm-12party.out"
+    t0 = time.monotonic()
+    fields = submit_12party(slurm, ws, out)
+    FIGURES["slurm_12party_s"] = time.monotonic() - t0
+    return fields, out.read_text()
+
+
+def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement_under_mpirun(bed, ws, twelve_party):
     """`slurm/fedface_12party.sh` at 5 ranks per node sizes itself to 4 nodes and launches its 17 ranks with the
     site's mpirun (FEDMPI_LAUNCHER=mpirun: Open MPI's sequential mapper over the script's hostfile) instead of srun:
     every MS1M part, GA part and VGG part whole on one node, the node-local ranks 0..n-1 on each."""
     from fedmpi.store.h5log import LogReader
-    from jobs.mpirun import mpirun_binary
-    from test_slurm import CONFIGS, ROOT as REPO, SHRINK, job_id, shrink_parties
 
-    name, out = "slurm-12party", ws.base / "slurm-12party.out"
-    t0 = time.monotonic()
-    submitted = slurm.run(["bash", str(REPO / "slurm" / "fedface_12party.sh"), *SHRINK,
-                           *shrink_parties(CONFIGS["12party"]), f"log.dir={ws.base / 'runs'}", f"log.name={name}",
-                           f"data.root={ws.base / 'data12'}"], check=False, timeout=60, cwd=str(ws.base),
-                          env={"FEDMPI_CPU": "1", "FEDMPI_RANKS_PER_NODE": "5",
-                               "FEDMPI_SBATCH_ARGS": f"--parsable --output={out}", "FEDMPI_LAUNCHER": "mpirun",
-                               "FEDMPI_MPIRUN": mpirun_binary(), "OMPI_ALLOW_RUN_AS_ROOT": "1",
-                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-    fields = slurm.wait_for_state(job_id(submitted), {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"}, 600,
-                                  output=out)
-    FIGURES["slurm_12party_s"] = time.monotonic() - t0
-    text = out.read_text()
+    name = TWELVE_PARTY
+    fields, text = twelve_party
     assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "n[1-4]"), text
     assert "17 ranks in CPU mode" in text and "--map-by seq:file=" in text
     with LogReader(ws.folder(name) / "log.h5") as log:
@@ -490,3 +512,28 @@ def test_12party_script_on_four_nodes_runs_to_the_end_with_its_placement_under_m
         size = 2 if party.startswith("ms1m") else 1
         assert len({placement[r]["node"] for r in range(rank, rank + size)}) == 1, (party, placement)
         rank += size
+
+
+def test_12party_run_continues_on_two_nodes_with_each_ms1m_part_on_one_rank(bed, ws, slurm, twelve_party):
+    """The 12-party run resubmitted with --resume on 2 nodes of 7 slots, 14 < the 17 ranks it ran on: the script
+    gives three MS1M parts one rank of batch 8 instead of two of 4 (the batch per step kept: the same run, not a
+    config change), and the run continues from its checkpoint for two more rounds on n1 and n2; the log records
+    the one change asked for (optim.epochs)."""
+    from fedmpi.store.h5log import LogReader
+
+    assert twelve_party[0]["JobState"] == "COMPLETED"
+    out = ws.base / "slurm-12party-resumed.out"
+    t0 = time.monotonic()
+    fields = submit_12party(slurm, ws, out, "--resume", "auto", "--allow-config-changes", "optim.epochs=2",
+                            ranks_per_node=7, sbatch="--nodes=2 --ntasks-per-node=7")
+    FIGURES["slurm_12party_resumed_s"] = time.monotonic() - t0
+    text = out.read_text()
+    assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "n[1-2]"), text
+    assert re.search(r"holds fewer slots .* resuming with .*parties\.ms1m_0\.ranks=1 parties\.ms1m_0\.batch_size=8",
+                     text), text
+    with LogReader(ws.folder(TWELVE_PARTY) / "log.h5") as log:
+        placement, rounds = log.placement, log.table("rounds")
+        changes = json.loads(log.f.attrs.get("config_changes", "[]"))
+    assert list(rounds["round"]) == [0, 1, 2, 3] and rounds["loss"].shape == (4, 12)
+    assert len(placement) == 14 and {p["node"] for p in placement} == {"n1", "n2"}
+    assert [sorted(c["changes"]) for c in changes] == [["optim.epochs"]], changes  # the batch per step kept
