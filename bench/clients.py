@@ -26,12 +26,11 @@ import torch.nn.functional as F
 
 from jobs.mpirun import mpirun
 
-from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import load_config
+from fedmpi.core.build import build_parts
 from fedmpi.crossdevice.client_data import open_client_data, to_tensor
 from fedmpi.crossdevice.local_training import LocalTrainer, client_seed
-from fedmpi.crossdevice.model import build_client_model
-from fedmpi.core.state import BackboneState
+from fedmpi.models.backbone import build_client_model
 from fedmpi.store.h5log import LogReader
 
 CONFIG = "configs/hsu_cifar10.yaml"
@@ -62,10 +61,10 @@ def throughput(out: Path, n_clients: int, repeats: int) -> None:
     torch.set_num_threads(1)
     cfg = load_config(CONFIG, [f"data.root={out / 'data'}", "clients.epochs=1"])
     data = open_client_data(cfg)
-    model = build_client_model(cfg, torch.device("cpu"), torch.float32)
-    state = BackboneState(model)
+    parts = build_parts(cfg, torch.device("cpu"), torch.float32)
+    model, state = parts.model, parts.state
     theta = state.read().clone()
-    local = LocalTrainer(model, state, build_algorithm(cfg), data, epochs=1, batch_size=cfg.optim.batch_size,
+    local = LocalTrainer(model, state, parts.rule, data, epochs=1, batch_size=cfg.optim.batch_size,
                          seed=cfg.run.seed, augment=False, device=torch.device("cpu"), dtype=torch.float32)
     clients = list(range(n_clients))
     images = sum(len(data.parts[k]) for k in clients)

@@ -32,8 +32,9 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
     import torch
 
     from fedmpi.config import load_config
+    from fedmpi.core.build import build_parts
+    from fedmpi.core.context import Context, Control, Groups
     from fedmpi.layout import build_layout
-    from fedmpi.core.context import Context, Groups
     from fedmpi.silo.trainer import Trainer
 
     cfg = load_config(None, [f"model.backbone={backbone}", "optim.amp=bf16", f"optim.batch_size={batch}",
@@ -41,9 +42,9 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
                              "parties.ms1m.data.identities=1000", "parties.ms1m.data.images_per_identity=1", *extra])
     layout = build_layout(cfg)
     party = layout.parties[0]
-    ctx = Context(cfg, layout, party.leader, Groups(party=None, leaders=None, validators=None), None, device,
-                  torch.float32)
-    return Trainer(ctx), cfg
+    ctx = Context(layout, party.leader, Groups(party=None, leaders=None, validators=None), Control(None, 60.0),
+                  device, torch.float32)
+    return Trainer(cfg, ctx, build_parts(cfg, device, torch.float32)), cfg
 
 
 def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int = 20, repeats: int = 3,

@@ -156,7 +156,7 @@ def main() -> None:
 
     drive = context.drive
 
-    def probed_drive(role, ctx, run_dir, resume):
+    def probed_drive(role, *args):
         record["role"] = type(role).__name__ + (" (leader)" if getattr(role, "is_leader", False) else "")
         record["entry"] = anon_mb()
         record.update(account(role))
@@ -167,7 +167,7 @@ def main() -> None:
             grads += sum(p.numel() * p.element_size() for p in role.classifier.parameters())
         record["grads"] = grads / MB
         sampler.phase = "run"
-        return drive(role, ctx, run_dir, resume)
+        return drive(role, *args)
 
     context.drive = probed_drive
 

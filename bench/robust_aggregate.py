@@ -19,7 +19,8 @@ import torch
 
 from bench.aggregate import backbone_numel, best_seconds
 from fedmpi.aggregation.bulyan import Bulyan, BulyanOptions
-from fedmpi.aggregation.dp import GaussianMean
+from fedmpi.aggregation.aggregators import WeightedMean
+from fedmpi.aggregation.dp import GaussianMechanism
 from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptions
 from fedmpi.aggregation.median import Median
 from fedmpi.aggregation.party_rows import PartyRows
@@ -32,7 +33,14 @@ def rules(P: int, reference: torch.Tensor) -> dict:
     return {"median": Median(), "trimmed_mean (beta 0.1)": TrimmedMean(TrimmedMeanOptions(0.1)),
             f"krum (f {krum_f})": Krum(KrumOptions(krum_f)), f"multikrum (f {krum_f})": MultiKrum(MultiKrumOptions(krum_f)),
             f"bulyan (f {bulyan_f})": Bulyan(BulyanOptions(bulyan_f)),
-            "dp mean (fixed clip)": GaussianMean(DPConfig(enabled=True), reference, P)}
+            "dp mean (fixed clip)": dp_mean(P, reference)}
+
+
+def dp_mean(P: int, reference: torch.Tensor) -> GaussianMechanism:
+    """DP-FedAvg around the mean, as the server builds it (core/build.py), measuring updates from `reference`."""
+    mechanism = GaussianMechanism(WeightedMean(), DPConfig(enabled=True), P)
+    mechanism.starts_from(reference)
+    return mechanism
 
 
 def main() -> int:

@@ -69,6 +69,21 @@ class Layout:
                 "validators": len(self.validators)}
 
 
+def rank_batch(cfg: Config, party_name: str) -> int:
+    """Images per rank and step of party `party_name`: its `parties.NAME.batch_size`, else optim.batch_size
+    (also for the merged party of fed.setting=centralized and the cross-device clients)."""
+    for p in cfg.parties:
+        if p.name == party_name and p.batch_size:
+            return int(p.batch_size)
+    return int(cfg.optim.batch_size)
+
+
+def party_batches(cfg: Config, layout: Layout) -> dict[str, int]:
+    """{party: images per step of the whole party}: what its data stream and its gradients depend on, whatever
+    the split over its ranks (which a resume may change)."""
+    return {p.name: len(p.ranks) * rank_batch(cfg, p.name) for p in layout.parties}
+
+
 def build_layout(cfg: Config) -> Layout:
     setting = cfg.fed.setting
     if cfg.cross_device:  # the virtual clients' trainer ranks (fedmpi.crossdevice), whatever the rule

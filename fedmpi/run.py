@@ -157,6 +157,7 @@ def main(argv=None) -> int:
 
 
     def work() -> int:
+        from fedmpi.core.build import build_parts
         from fedmpi.core.context import build_context
         from fedmpi.data.preparation import generate_missing
         from fedmpi.fv.validator import needs_validation_sets, prepare_validation_data
@@ -170,11 +171,12 @@ def main(argv=None) -> int:
         comm.barrier(what="data preparation on rank 0", timeout_s=None)
         configure_determinism(cfg)
         ctx = build_context(cfg, layout)
+        parts = build_parts(cfg, ctx.device, ctx.dtype)   # the rule, the model, the aggregator: once per rank
         if cfg.cross_device:
             from fedmpi.crossdevice.roles import run_cross_device
-            return run_cross_device(ctx, run_dir, resume)
+            return run_cross_device(cfg, ctx, parts, run_dir, resume)
         from fedmpi.silo.roles import run_silo
-        return run_silo(ctx, run_dir, description, resume)
+        return run_silo(cfg, ctx, parts, run_dir, description, resume)
 
     from fedmpi import comm
 

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     args = parser.parse_intermixed_args(argv)
     from fedmpi.layout import build_layout
     from fedmpi.config import ConfigError, load_config
-    from fedmpi.relayout.batch import party_batches
+    from fedmpi.layout import party_batches
 
     try:
         cfg = load_config(args.config, args.overrides)

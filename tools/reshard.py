@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     args = parser.parse_intermixed_args(argv)
     from fedmpi.layout import build_layout
     from fedmpi.relayout.offline import reshard_checkpoint
-    from fedmpi.store.resume import check_compatible, check_party_batches
+    from fedmpi.store.party_batches import check_party_batches
+    from fedmpi.store.resume import check_compatible, saved_config
 
     try:
         cfg = load_config(args.layout, args.overrides)
@@ -35,7 +36,7 @@ def main(argv=None) -> int:
         folder = resolve_checkpoint(Path(args.checkpoint))
         manifest = check_complete(folder)
         check_compatible(folder, manifest, cfg, layout)
-        check_party_batches(folder, manifest, cfg, layout, allowed=False)
+        check_party_batches(folder, manifest, saved_config(folder), cfg, layout, allowed=False)
         counts = "-".join(str(len(p.ranks)) for p in layout.parties)
         out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-ranks-{counts}")
         changed = reshard_checkpoint(folder, out, cfg, layout)

@@ -39,6 +39,10 @@ class Aggregator:
     def __init__(self, options=None):
         self.options = options if options is not None else self.Options()
 
+    def starts_from(self, reference: torch.Tensor) -> None:
+        """The global payload [Θ | down payloads] each round's uploads started from (the server's, updated in
+        place every round): an aggregator that measures updates from it (DP's clipping) keeps it."""
+
     def state_dict(self) -> dict:
         """What a checkpoint must keep for a resumed run to aggregate bitwise as an uninterrupted one."""
         return {}

@@ -1,5 +1,6 @@
 """The aggregators `fed.aggregation.rule` may name, one line each. `mean` is the rule's own combination (the
-one mat-vec, Σ_i w_i u_i); the others look at every upload. fed.dp replaces the mean by its Gaussian mechanism."""
+one mat-vec, Σ_i w_i u_i); the others look at every upload. fed.dp wraps its Gaussian mechanism around the
+one named (aggregation/dp.py)."""
 from __future__ import annotations
 
 from fedmpi.aggregation.aggregators import Aggregator

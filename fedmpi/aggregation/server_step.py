@@ -17,6 +17,7 @@ class ServerStep:
     def __init__(self, algorithm, aggregator: Aggregator, down, mean, state: dict, n_trainable: int):
         self.algorithm, self.aggregator = algorithm, aggregator
         self.down, self.mean, self.state, self.n = down, mean, state, n_trainable
+        aggregator.starts_from(down.flat)
 
     @property
     def combination(self) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.errors import ConfigError
 
 
 @dataclass
@@ -20,8 +21,6 @@ class FedDynOptions:
     alpha: float = 0.01              # α, the regulariser's strength (the paper tries 0.001 .. 0.1)
 
     def validate(self, cfg) -> None:
-        from fedmpi.config import ConfigError
-
         if not self.alpha > 0:
             raise ConfigError(f"fed.options.alpha: must be > 0, got {self.alpha}")
         if cfg.fed.server.lr not in (None, 1.0):

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.errors import ConfigError
 
 
 @dataclass
@@ -17,8 +18,6 @@ class FedProxOptions:
     mu: float = 0.01                 # proximal strength μ (Li et al. try 0.001 .. 1)
 
     def validate(self, cfg) -> None:
-        from fedmpi.config import ConfigError
-
         if not self.mu >= 0:
             raise ConfigError(f"fed.options.mu: must be >= 0, got {self.mu}")
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 from fedmpi.algorithms.base import Algorithm, add_weight_decay
+from fedmpi.errors import ConfigError
 
 
 @dataclass
@@ -31,8 +32,6 @@ class MimeLiteOptions:
     momentum: float = 0.9            # β of the mimicked momentum SGD
 
     def validate(self, cfg) -> None:
-        from fedmpi.config import ConfigError
-
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"fed.options.momentum: must be in [0, 1), got {self.momentum}")
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import yaml
 
 
-from fedmpi.config.build import build_section
+from fedmpi.config.typed import typed_section
 from fedmpi.errors import ConfigError
-from fedmpi.config.sections import (BenchmarkSets, CheckpointConfig, DataConfig, DataSpec, EvalConfig,  # noqa: F401
-                                    FVConfig, LogConfig, ModelConfig, OptimConfig, PartyConfig, RunConfig,
-                                    _three_parties, fv_runs)
-from fedmpi.config.fed import BASELINE, FedConfig, ServerConfig, algorithm_class, algorithm_options  # noqa: F401
+from fedmpi.config.parties import DataConfig, DataSpec, PartyConfig, _three_parties  # noqa: F401
+from fedmpi.config.sections import (BenchmarkSets, CheckpointConfig, EvalConfig, FVConfig, LogConfig,  # noqa: F401
+                                    ModelConfig, OptimConfig, RunConfig, fv_runs)
+from fedmpi.config.fed import FedConfig
 from fedmpi.config.aggregation import sampling_rate
 from fedmpi.config.clients import ClientsConfig
 from fedmpi.config.legacy import migrate_legacy
@@ -52,9 +52,14 @@ class Config:
         return self.clients.rounds if self.cross_device else self.total_steps // self.fed.K
 
     @property
+    def sampling_rate(self) -> float:
+        """q of the privacy accountant: the share of the clients sampled each round (1 for the silo parties)."""
+        return sampling_rate(self)
+
+    @property
     def rounds(self) -> int:
         """The rounds a run makes: the planned ones, or fewer where fed.dp.target_epsilon would be passed."""
-        return self.fed.dp.rounds_within(self.planned_rounds, sampling_rate(self))
+        return self.fed.dp.rounds_within(self.planned_rounds, self.sampling_rate)
 
     def lr_at_round(self, r: int) -> float:
         """eta_r for round r (0-based); constant within a round since milestones fall on round boundaries.
@@ -142,7 +147,8 @@ def apply_override(data: dict, item: str) -> None:
 
 
 def validate(cfg: Config) -> Config:
-    """Choices first, then each section's own checks (beside its fields); the first problem is raised."""
+    """Choices first, then each section's own checks (beside its fields); the first problem is raised. The checks
+    change nothing: the checked config comes back resolved, as a new one (`resolved`)."""
     def fail(path, msg):
         raise ConfigError(f"{path}: {msg}")
 
@@ -167,7 +173,13 @@ def validate(cfg: Config) -> Config:
         section.validate(cfg, fail)
     if math.isnan(cfg.optim.lr):
         fail("optim.lr", "is NaN")
-    return cfg
+    return resolved(cfg)
+
+
+def resolved(cfg: Config) -> Config:
+    """A new config with what a checked config leaves empty decided (the rule's defaults, the paper's local
+    momentum, TensorBoard where it is installed): what every rank runs and the log keeps."""
+    return dataclasses.replace(cfg, fed=cfg.fed.resolved(cfg), log=cfg.log.resolved())
 
 
 # ------------------------------------------------------------------ entry point
@@ -194,7 +206,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = _merge(data, loaded, "")
     for item in overrides:
         apply_override(data, item)
-    return validate(build_section(Config, migrate_legacy(data)))
+    return validate(typed_section(Config, migrate_legacy(data)))
 
 
 def config_from_yaml(text: str, where: str = "config") -> Config:
@@ -205,7 +217,7 @@ def config_from_yaml(text: str, where: str = "config") -> Config:
         raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{where}: the top level must be a mapping")
-    return validate(build_section(Config, migrate_legacy(_merge(to_dict(Config()), loaded, ""))))
+    return validate(typed_section(Config, migrate_legacy(_merge(to_dict(Config()), loaded, ""))))
 
 
 def _merge(base: dict, new: dict, path: str) -> dict:
@@ -217,7 +229,7 @@ def _merge(base: dict, new: dict, path: str) -> dict:
         elif key in base and isinstance(base[key], dict) and isinstance(value, dict):
             out[key] = _merge(base[key], value, where)
         else:
-            out[key] = value  # unknown keys are refused by build_section with their path
+            out[key] = value  # unknown keys are refused by typed_section with their path
     return out
 
 

@@ -8,9 +8,10 @@ import functools
 from dataclasses import dataclass
 
 from fedmpi.aggregation.registry import aggregator_class
-from fedmpi.config.build import build_section
+from fedmpi.config.typed import typed_section
 from fedmpi.config.clients import clients_per_round
 from fedmpi.errors import ConfigError
+from fedmpi.config.rules import algorithm_class
 from fedmpi.config.sections import fv_runs
 
 
@@ -31,7 +32,7 @@ class DPConfig:
     def validate(self, cfg, fail) -> None:
         if not self.enabled:
             return
-        rule = _rule_class(cfg)
+        rule = algorithm_class(cfg)
         why = refusal(cfg, rule)
         if why:
             fail("fed.dp.enabled", why)
@@ -114,56 +115,29 @@ def refusal(cfg, rule) -> str:
     return ""
 
 
-def validate_aggregation(cfg, fail) -> dict:
-    """fed.aggregation checked and resolved (the rule's defaults included, as the log keeps it)."""
+def validate_aggregation(cfg, fail) -> None:
+    """fed.aggregation checked against the run: its options, the uploads it combines, FV."""
     name, cls, options = aggregation_rule(cfg)
     if cls.needs_uploads:
         if fv_runs(cfg):
             fail("fed.aggregation.rule", f"{name} with Federated Validation: FV's weights and {name} would each "
                                          f"decide how much a party counts; set fv.enabled=false")
     options.validate(uploads(cfg), fail)
+
+
+def resolved_aggregation(cfg) -> dict:
+    """fed.aggregation with the rule's defaults included, as the log keeps it."""
+    name, _, options = aggregation_rule(cfg)
     return {"rule": name, **dataclasses.asdict(options)}
-
-
-def reads_every_upload(cfg) -> bool:
-    """Whether the server's aggregator reads each upload (a robust rule, the silo's Gaussian mean): then the
-    cross-device trainer ranks send every client's upload instead of their sum."""
-    cls = gaussian_mechanism(cfg) if cfg.fed.dp.enabled else aggregation_rule(cfg)[1]
-    return cls.needs_uploads
-
-
-def gaussian_mechanism(cfg):
-    """DP-FedAvg's aggregator class: per party at the server (silo), or over clients clipped on the trainer ranks."""
-    from fedmpi.aggregation.dp import ClientGaussianMean, GaussianMean
-
-    return ClientGaussianMean if cfg.cross_device else GaussianMean
-
-
-def build_aggregator(cfg, algorithm, reference, nonnegative=()):
-    """The server's aggregator: fed.dp's Gaussian mean, the rule named by fed.aggregation, or the rule's own.
-    `nonnegative`: slices of the payload DP's noise must leave >= 0 (the BatchNorm running variances)."""
-    if cfg.fed.dp.enabled:
-        return gaussian_mechanism(cfg)(cfg.fed.dp, reference, uploads(cfg), nonnegative)
-    name, cls, options = aggregation_rule(cfg)
-    return algorithm.aggregator() if name == "mean" else cls(options)
 
 
 def aggregation_rule(cfg):
     """(name, class, options) of fed.aggregation: the rule's name, its class in the registry and its Options
-    built from the section's other keys."""
+    read from the section's other keys."""
     section = dict(cfg.fed.aggregation)
     name = section.pop("rule", "mean")
     try:
         cls = aggregator_class(name)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return name, cls, build_section(cls.Options, section, "fed.aggregation")
-
-
-def _rule_class(cfg):
-    from fedmpi.algorithms.registry import rule
-
-    try:
-        return rule(cfg.fed.algorithm)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    return name, cls, typed_section(cls.Options, section, "fed.aggregation")

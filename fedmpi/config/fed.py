@@ -7,9 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
-from fedmpi.config.aggregation import DPConfig, validate_aggregation
-from fedmpi.config.build import build_section
-from fedmpi.errors import ConfigError
+from fedmpi.config.aggregation import DPConfig, resolved_aggregation, validate_aggregation
+from fedmpi.config.rules import algorithm_class, algorithm_options, paper_local_momentum
 
 
 @dataclass
@@ -41,9 +40,6 @@ class ServerConfig:
         if not self.tau > 0:
             fail("fed.server.tau", f"must be > 0, got {self.tau}")
 
-    def resolved(self, cfg: "Config") -> str:
-        return algorithm_class(cfg).server_optimizer if self.optimizer == "auto" else self.optimizer
-
 
 @dataclass
 class FedConfig:
@@ -64,46 +60,22 @@ class FedConfig:
         names = [p.name for p in cfg.parties]
         if self.K <= 0:
             fail("fed.K", f"must be > 0, got {self.K}")
-        if self.local_momentum is None:
-            self.local_momentum = paper_local_momentum(cfg)
-        if self.local_momentum is not None and not 0 <= self.local_momentum < 1:
-            fail("fed.local_momentum", f"must be in [0, 1), got {self.local_momentum}")
+        momentum = self.local_momentum if self.local_momentum is not None else paper_local_momentum(cfg)
+        if momentum is not None and not 0 <= momentum < 1:
+            fail("fed.local_momentum", f"must be in [0, 1), got {momentum}")
         if self.setting == "solo" and self.solo_party not in names:
             fail("fed.solo_party", f"{self.solo_party!r} is not a party (parties: {', '.join(names)})")
         if self.setting != "solo" and self.solo_party:
             fail("fed.solo_party", f"only used with fed.setting=solo, not {self.setting}")
         self.server.validate(cfg, fail)
-        options = algorithm_options(cfg)
-        options.validate(cfg)
-        self.options = dataclasses.asdict(options)  # the resolved section, defaults included, goes to the log
-        self.aggregation = validate_aggregation(cfg, fail)
+        algorithm_options(cfg).validate(cfg)
+        validate_aggregation(cfg, fail)
         self.dp.validate(cfg, fail)
 
-
-def algorithm_class(cfg: "Config"):
-    from fedmpi.algorithms.registry import rule
-
-    try:
-        return rule(cfg.fed.algorithm)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def paper_local_momentum(cfg: "Config") -> float | None:
-    """fed.local_momentum when a config leaves it empty: in the centralized and solo baselines momentum SGD
-    with optim.momentum (FedFace's centralized training), otherwise the rule's paper's local optimizer."""
-    if cfg.fed.setting != "federated":
-        return cfg.optim.momentum
-    return algorithm_class(cfg).local_momentum_default
-
-
-def unread_keys(cfg: "Config") -> tuple[str, ...]:
-    """Keys the run's rule does not read, whose change does not change what the run computes."""
-    if cfg.fed.setting == "federated" and algorithm_class(cfg).local_momentum_default is None:
-        return ("fed.local_momentum",)
-    return ()
-
-
-def algorithm_options(cfg: "Config"):
-    """The rule's Options dataclass built from fed.options (unknown keys are errors naming their path)."""
-    return build_section(algorithm_class(cfg).Options, dict(cfg.fed.options), "fed.options")
+    def resolved(self, cfg: "Config") -> "FedConfig":
+        """The section as a run reads it and its log keeps it: the paper's local momentum where it is empty, the
+        rule's options and the aggregation rule's with their defaults."""
+        momentum = self.local_momentum if self.local_momentum is not None else paper_local_momentum(cfg)
+        return dataclasses.replace(self, local_momentum=momentum,
+                                   options=dataclasses.asdict(algorithm_options(cfg)),
+                                   aggregation=resolved_aggregation(cfg))

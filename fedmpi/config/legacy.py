@@ -2,7 +2,7 @@
 mapping through `migrate_legacy`."""
 from __future__ import annotations
 
-from fedmpi.config.fed import BASELINE
+from fedmpi.algorithms.registry import BASELINE
 from fedmpi.config.sections import OptimConfig
 
 # Keys of earlier versions: fed.algorithm=centralized|solo were settings (momentum SGD, the local momentum

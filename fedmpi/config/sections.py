@@ -1,131 +1,14 @@
 """The sections of the run configuration (fedmpi.config.Config): dataclasses whose defaults are the paper's
 (FedFace Sec. 4.2), each with the validation of its own fields beside them (`validate(cfg, fail)`; `fail(path,
 message)` raises the ConfigError). fedmpi.config builds them from YAML and overrides; import them from there.
-This file: data, model, optimizer, FV, evaluation, log, checkpoint, run; the rule's sections (fed, fed.server,
-fed.options) are in fed.py, the cross-device clients in clients.py."""
+This file: model, optimizer, FV, evaluation, log, checkpoint, run; the parties and their data are in
+parties.py, the rule's sections (fed, fed.server, fed.options) in fed.py, the cross-device clients in
+clients.py."""
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 from dataclasses import dataclass, field
-
-
-@dataclass
-class DataSpec:
-    """Where one party's training images come from."""
-    kind: str = "synthetic"          # synthetic | rec | folder
-    path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
-    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
-    identities: int = 500            # synthetic only
-    images_per_identity: int = 20    # synthetic only
-    split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
-    split_count: int = 1
-    shuffle_labels: bool = False     # permute the labels over the images (useless data; FV behaviour tests)
-    dirichlet_clients: int = 0       # > 0: this party is one client of a Dirichlet partition (Hsu et al.) ...
-    dirichlet_client: int = 0        # ... of the dataset into this many clients: client index
-    dirichlet_alpha: float = 1.0     # concentration; 0 = one class per client
-    dirichlet_seed: int = 0
-
-    def validate(self, fail, where: str) -> None:
-        if self.kind == "synthetic":
-            if self.identities <= 0:
-                fail(f"{where}.identities", f"an empty party: must be > 0, got {self.identities}")
-            if self.images_per_identity <= 0:
-                fail(f"{where}.images_per_identity", f"an empty party: must be > 0, got {self.images_per_identity}")
-        elif not self.path:
-            fail(f"{where}.path", f"kind {self.kind} needs a path")
-        if self.split_count <= 0 or not 0 <= self.split_index < self.split_count:
-            fail(f"{where}.split_index", f"must be in 0..split_count-1 (split_count={self.split_count})")
-        if self.dirichlet_clients < 0 or (self.dirichlet_clients
-                                          and not 0 <= self.dirichlet_client < self.dirichlet_clients):
-            fail(f"{where}.dirichlet_client", f"must be in 0..dirichlet_clients-1 "
-                                              f"(dirichlet_clients={self.dirichlet_clients})")
-        if self.dirichlet_alpha < 0:
-            fail(f"{where}.dirichlet_alpha", f"must be >= 0, got {self.dirichlet_alpha}")
-        if self.kind == "synthetic" and self.identities < self.split_count:
-            fail(f"{where}.identities", f"an empty party: {self.identities} identities cannot be split "
-                                        f"into {self.split_count} parts")
-
-
-@dataclass
-class AttackSpec:
-    """What a bad party does to its upload, for robustness studies: the trainable values of θ_i are sent as
-    Θ + scale·(θ_i − Θ) (Θ the round's global model; frozen values and BN statistics are sent as trained).
-    1 is honest, -1 a sign-flipped update, 10 an update scaled up, 0 a free rider sending Θ back."""
-    scale: float = 1.0
-
-    def validate(self, fail, where: str) -> None:
-        if not math.isfinite(self.scale):
-            fail(f"{where}.scale", f"must be a finite number, got {self.scale}")
-
-
-@dataclass
-class PartyConfig:
-    name: str = ""
-    ranks: int = 1
-    data: DataSpec = field(default_factory=DataSpec)
-    attack: AttackSpec = field(default_factory=AttackSpec)
-    batch_size: int | None = None    # images per rank and step; empty: optim.batch_size
-
-    def validate(self, cfg: "Config", fail, i: int) -> None:
-        where = f"parties.{self.name or i}"
-        if not self.name:
-            fail(f"parties[{i}].name", "every party needs a name")
-        if [p.name for p in cfg.parties].count(self.name) > 1:
-            fail(f"{where}.name", "party names must be unique")
-        if self.ranks <= 0:
-            fail(f"{where}.ranks", f"must be > 0, got {self.ranks}")
-        if self.batch_size is not None and self.batch_size <= 0:
-            fail(f"{where}.batch_size", f"must be > 0 (or empty: optim.batch_size), got {self.batch_size}")
-        per_rank = self.batch_size or cfg.optim.batch_size
-        if cfg.model.bn_batch and per_rank % cfg.model.bn_batch:
-            fail(f"{where}.batch_size" if self.batch_size else "model.bn_batch",
-                 f"party {self.name}'s {per_rank} images per rank are not a multiple of model.bn_batch="
-                 f"{cfg.model.bn_batch}")
-        self.data.validate(fail, f"{where}.data")
-        self.attack.validate(fail, f"{where}.attack")
-        if self.attack.scale != 1.0 and (cfg.fed.setting == "centralized" or cfg.cross_device):
-            fail(f"{where}.attack.scale", "only a party of the federated (or solo) layout uploads; "
-                                          f"fed.setting={cfg.fed.setting}"
-                                          f"{' with cross-device clients' if cfg.cross_device else ''} has none")
-
-
-def _three_parties() -> list[PartyConfig]:
-    return [PartyConfig("ms1m", 8, DataSpec(style="ms1m")),
-            PartyConfig("ga", 4, DataSpec(style="ga")),
-            PartyConfig("vgg", 4, DataSpec(style="vgg"))]
-
-
-@dataclass
-class DataConfig:
-    root: str = "data"               # synthetic sets are generated here
-    image_size: int = 112
-    workers: int | None = None       # DataLoader workers per trainer rank; empty: 2 on a GPU, 0 on CPU
-    seed: int = 0
-    skip_bad: bool = False
-    val_sets: list[str] = field(default_factory=lambda: ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"])
-    val_kind: str = "synthetic"      # synthetic | bin
-    val_path: str = ""
-    val_pairs_per_fold: int = 100
-
-    def loader_workers(self, device) -> int:
-        """DataLoader workers for a rank on `device`. Each worker is a forked copy of its rank (on CPU about
-        660 MB of anonymous memory once Python's reference counts have touched the pages), which a CPU rank's
-        decoding does not repay (`data.workers=0` there); a GPU rank keeps 2, so decoding overlaps its steps."""
-        if self.workers is not None:
-            return self.workers
-        return 2 if getattr(device, "type", device) == "cuda" else 0
-
-    def validate(self, cfg: "Config", fail) -> None:
-        if not self.image_size > 0:
-            fail("data.image_size", f"must be > 0, got {self.image_size}")
-        if self.image_size % 16:
-            fail("data.image_size", f"must be a multiple of 16 (the backbone downsamples by 16), got {self.image_size}")
-        if self.workers is not None and self.workers < 0:
-            fail("data.workers", f"must be >= 0 (or empty: 2 on a GPU, 0 on CPU), got {self.workers}")
-        if self.val_pairs_per_fold <= 0:
-            fail("data.val_pairs_per_fold", f"must be > 0, got {self.val_pairs_per_fold}")
 
 
 @dataclass
@@ -262,14 +145,19 @@ class LogConfig:
                                      # tensorboard package is installed (fedmpi/store/tensorboard.py)
 
     def validate(self, cfg: "Config", fail) -> None:
-        installed = importlib.util.find_spec("tensorboard") is not None   # looked up, not imported
-        if self.tensorboard is None:
-            self.tensorboard = installed
-        elif self.tensorboard and not installed:
+        if self.tensorboard and not tensorboard_installed():
             fail("log.tensorboard", "the tensorboard package is not installed (pip install tensorboard)")
         if self.influence and cfg.cross_device:
             fail("log.influence", "needs every upload; the cross-device clients' uploads are summed on the "
                                   "trainer ranks")
+
+    def resolved(self) -> "LogConfig":
+        """log.tensorboard decided where it is empty."""
+        return self if self.tensorboard is not None else dataclasses.replace(self, tensorboard=tensorboard_installed())
+
+
+def tensorboard_installed() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None   # looked up, not imported
 
 
 @dataclass

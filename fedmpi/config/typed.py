@@ -24,7 +24,7 @@ def _coerce(value, tp, path: str):
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
-        return build_section(tp, value, path)
+        return typed_section(tp, value, path)
     origin = typing.get_origin(tp)
     if tp is dict:
         if not isinstance(value, dict):
@@ -56,7 +56,7 @@ def _coerce(value, tp, path: str):
     raise ConfigError(f"{path}: unsupported type {tp}")
 
 
-def build_section(cls, data: dict, path: str = ""):
+def typed_section(cls, data: dict, path: str = ""):
     """An instance of the dataclass `cls` from plain data (YAML), each value checked against its field's type;
     unknown keys and wrong types raise a ConfigError naming their path below `path`."""
     hints = typing.get_type_hints(cls)

@@ -1,5 +1,6 @@
-"""What every role needs to start: the config, the layout, this rank's place in it, the process groups, the
-device and the dtype. Built once per rank by `fedmpi.run`."""
+"""Where a rank stands once MPI and torch.distributed are up: its place in the rank plan, the process groups, the
+control channel, the device and the dtype. Built once per rank by `fedmpi.run`; the run's parts (the rule, the
+model, the aggregator) come from core/build.py, and each seam takes what it uses of the two."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from fedmpi import comm
-from fedmpi.config import Config
 from fedmpi.comm.node_share import keepers, share_for, shared_parties
 from fedmpi.layout import SERVER, Layout
 
@@ -21,13 +21,20 @@ class Groups:
     party_keepers: object | None = None   # this party's keepers when it spans nodes (comm/node_share.py)
 
 
+@dataclass(frozen=True)
+class Control:
+    """The rounds' control messages (statistics, client assignments, the preemption agreement): MPI over the
+    server and the trainers, every exchange bounded by run.collective_timeout_s."""
+    mpi: object
+    timeout_s: float
+
+
 @dataclass
 class Context:
-    cfg: Config
     layout: Layout
     rank: int
     groups: Groups
-    mpi_fed: object               # MPI communicator over server + trainers (stats, control)
+    control: Control
     device: torch.device
     dtype: torch.dtype
     node_share: object | None = None   # this trainer's party on its node (comm/node_share.py), CPU only
@@ -60,7 +67,7 @@ def make_groups(layout: Layout, rank: int, shares: bool = False) -> Groups:
                   party_keepers=keepers_group)
 
 
-def build_context(cfg: Config, layout: Layout) -> Context:
+def build_context(cfg, layout: Layout) -> Context:
     mpi = comm.mpi_comm()
     rank = mpi.Get_rank()
     backend = {"auto": None, "cpu": "gloo", "cuda": "nccl"}[cfg.run.device]
@@ -68,13 +75,13 @@ def build_context(cfg: Config, layout: Layout) -> Context:
     shares = shares_node_memory(cfg)
     groups = make_groups(layout, rank, shares)
     in_fed = rank not in layout.validators
-    mpi_fed = mpi.Split(0 if in_fed else 1, key=rank)
+    control = Control(mpi.Split(0 if in_fed else 1, key=rank), cfg.run.collective_timeout_s)
     node_share = share_for(groups, layout, rank, mpi, shares)
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
-    return Context(cfg, layout, rank, groups, mpi_fed, comm.device(), dtype, node_share)
+    return Context(layout, rank, groups, control, comm.device(), dtype, node_share)
 
 
-def shares_node_memory(cfg: Config) -> bool:
+def shares_node_memory(cfg) -> bool:
     """A silo run on CPU keeps one copy per node of what a party's ranks hold identically (run.share_node_memory);
     the cross-device trainers train other clients each round and keep their own."""
     return cfg.run.share_node_memory and comm.device().type == "cpu" and not cfg.cross_device

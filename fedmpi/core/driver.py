@@ -7,11 +7,11 @@ from fedmpi.core.context import Context
 from fedmpi.store.checkpoint import Checkpointer, checkpoint_dir
 
 
-def drive(role, ctx: Context, run_dir, resume) -> int:
+def drive(role, cfg, ctx: Context, run_dir, resume) -> int:
     """Run a Server or Trainer: take its state from the checkpoint to resume (if any), run its rounds with the
     checkpointer, and meet every other rank at the closing barrier. Returns the exit status (75: preempted)."""
     start = role.load_checkpoint(resume.folder) if resume else 0
-    checkpointer = Checkpointer(ctx.mpi_fed, checkpoint_dir(ctx.cfg, run_dir), ctx.cfg, ctx.layout, signals.agree)
+    checkpointer = Checkpointer(ctx.control.mpi, checkpoint_dir(cfg, run_dir), cfg, ctx.layout, signals.agree)
     code = role.run(start, checkpointer)
-    comm.barrier(what="closing barrier (every rank)", timeout_s=ctx.cfg.run.collective_timeout_s)
+    comm.barrier(what="closing barrier (every rank)", timeout_s=ctx.control.timeout_s)
     return code

@@ -5,16 +5,18 @@ passed by its next round was planned shorter by the config (Config.rounds), on e
 from __future__ import annotations
 
 from fedmpi.aggregation.accounting import epsilon
-from fedmpi.config.aggregation import sampling_rate
 
 COLUMNS = {"round": ((), "i8"), "epsilon": ((), "f8"), "clip": ((), "f8"), "noise_std": ((), "f8"),
            "unclipped": ((), "f8")}
 
 
 class PrivacyReport:
-    def __init__(self, cfg, mechanism):
-        self.dp, self.mechanism = cfg.fed.dp, mechanism
-        self.planned, self.rounds, self.q = cfg.planned_rounds, cfg.rounds, sampling_rate(cfg)
+    """`dp`: the fed.dp section; `planned`, `rounds`: the rounds planned and those within the target ε; `q`: the
+    accountant's sampling rate; `mechanism`: the server's Gaussian mechanism (its clip and noise of the round)."""
+
+    def __init__(self, dp, planned: int, rounds: int, q: float, mechanism):
+        self.dp, self.mechanism = dp, mechanism
+        self.planned, self.rounds, self.q = planned, rounds, q
         self.epsilon = 0.0
 
     def row(self, r: int) -> dict:

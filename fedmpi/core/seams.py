@@ -64,11 +64,11 @@ class SideWork(Protocol):
 
 
 class Setting(Protocol):
-    """A federated setting as the round loop takes it."""
-    model: torch.nn.Module              # the shared model f(Θ), initialised identically on every rank
+    """A federated setting as the round loop takes it (the model and the rule are the run's parts, core/build.py)."""
     parties: list[str]                  # the rows of the log's per-party columns
     data_description: dict              # the log's /data
     log_schema: dict                    # RunLog keyword arguments: val_sets, fv_candidates, eval_columns, extra_tables
 
-    def side_work(self, server) -> SideWork: ...
-    def exchange(self, server) -> Exchange: ...      # built after the side work (it keeps what the side work reads)
+    def side_work(self, log) -> SideWork: ...
+    # built after the side work: it keeps `kept` earlier rounds' uploads that the side work still reads
+    def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> Exchange: ...

@@ -16,34 +16,32 @@ from fedmpi.aggregation.aggregators import check_exchange
 from fedmpi.aggregation.influence import Influence, influence_columns
 from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import method_key
-from fedmpi.algorithms.build import build_algorithm
-from fedmpi.config import to_yaml
-from fedmpi.config.aggregation import build_aggregator
+from fedmpi.config import Config, to_yaml
 from fedmpi.core import signals
-from fedmpi.core.context import Context
+from fedmpi.core.build import RunParts
 from fedmpi.core.payloads import Payloads
 from fedmpi.core.privacy import COLUMNS as PRIVACY_COLUMNS, PrivacyReport
 from fedmpi.core.progress import Progress
 from fedmpi.core.seams import RoundStats, Setting
-from fedmpi.core.state import BackboneState
 from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
 from fedmpi.store.h5log import RunLog
 from fedmpi.store.upgrade import upgrade_server_part
 
 
 class Server:
-    def __init__(self, ctx: Context, run_dir, setting: Setting, resume_round: int | None = None,
+    """`cfg`: the run's (checked) config; `parts`: this rank's rule, model, flat state and aggregator
+    (core/build.py); `setting`: the parties or the cross-device clients (core/seams.py)."""
+
+    def __init__(self, cfg: Config, parts: RunParts, setting: Setting, run_dir, resume_round: int | None = None,
                  config_changes: dict | None = None):
-        self.ctx = ctx
-        cfg = ctx.cfg
-        self.backbone = setting.model
-        self.state = BackboneState(self.backbone)
-        self.algorithm = build_algorithm(cfg)
-        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype)
+        self.cfg = cfg
+        self.backbone, self.state, self.algorithm = parts.model, parts.state, parts.rule
+        device, dtype = parts.device, parts.dtype
+        self.down = Payloads(self.state, self.algorithm.down, device, dtype)
         self.up_numel = self.state.numel + self.state.n_trainable * len(self.algorithm.up)
         # Σ w_i u_i before the server update; a rule whose step is the average itself has it formed straight into Θ
         self.mean = (None if self.algorithm.server_averages
-                     else Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype))
+                     else Payloads(self.state, self.algorithm.up, device, dtype))
         self.theta = self.down.theta
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
@@ -62,10 +60,11 @@ class Server:
         if cfg.log.tensorboard:   # the writer's import on this rank only (fedmpi/store/tensorboard.py)
             from fedmpi.store.tensorboard import EventWriter
             self.log.mirror = EventWriter(run_dir, self.parties)
-        self.side = setting.side_work(self)
-        self.exchange = setting.exchange(self)
-        self.aggregator = build_aggregator(cfg, self.algorithm, self.down.flat, self.state.variances)
-        self.privacy = PrivacyReport(cfg, self.aggregator) if cfg.fed.dp.enabled else None
+        self.side = setting.side_work(self.log)
+        self.exchange = setting.exchange(self.log, self.up_numel, self.down.flat.numel(), self.side.uploads_kept)
+        self.aggregator = parts.aggregator
+        self.privacy = (PrivacyReport(cfg.fed.dp, cfg.planned_rounds, cfg.rounds, cfg.sampling_rate, self.aggregator)
+                        if cfg.fed.dp.enabled else None)
         self.influence = Influence(self.state.n_trainable) if cfg.log.influence else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
@@ -76,7 +75,7 @@ class Server:
         self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
-        cfg, exchange, side = self.ctx.cfg, self.exchange, self.side
+        cfg, exchange, side = self.cfg, self.exchange, self.side
         D = self.state.numel
         exchange.send(self.down.flat)
         started = time.perf_counter() - self.elapsed_before
@@ -103,7 +102,7 @@ class Server:
         return 0
 
     def record(self, r: int, stats: RoundStats, round_time: float, wall_time: float) -> None:
-        cfg = self.ctx.cfg
+        cfg = self.cfg
         party_ips = stats.images / np.maximum(stats.seconds, 1e-9)
         moved = self.exchange.bytes_per_round()
         images = stats.images.sum()
@@ -131,7 +130,7 @@ class Server:
         tree = {"theta": self.theta, "algorithm": self.algo_state, "wall_time": wall_time,
                 "side_work": self.side.state_dict(), "exchange": self.exchange.state_dict(),
                 "aggregator": self.aggregator.state_dict(),
-                "config": to_yaml(self.ctx.cfg), "rng": capture_rng()}
+                "config": to_yaml(self.cfg), "rng": capture_rng()}
         if self.w is not None:
             tree["w"] = self.w
         return {SERVER_PART: tree}
@@ -154,7 +153,7 @@ class Server:
         return int(saved["_attrs"]["round"])
 
     def finish(self, preempted: bool = False) -> None:
-        cfg = self.ctx.cfg
+        cfg = self.cfg
         if cfg.run.save_final and not preempted:
             torch.save({"theta": self.theta.cpu().clone(), "n_trainable": self.state.n_trainable,
                         "keys": [k for k in self.backbone.state_dict()]}, cfg.run.save_final)

@@ -22,6 +22,7 @@ from fedmpi.comm import p2p
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
+from fedmpi.core.context import Control
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER
 
@@ -33,27 +34,28 @@ def _assignment(r: int) -> str:
     return f"round {r + 1} client assignment (bcast over server + trainers)"
 
 
-def client_group(ctx):
+def client_group(trainers: list[int]):
     """The torch.distributed group of server + trainer ranks; every rank of a cross-device run (there are no
     validators) creates it, in the same order."""
-    return comm.new_group([SERVER, *ctx.layout.trainer_ranks])
+    return comm.new_group([SERVER, *trainers])
 
 
 class ClientExchange:
-    """Server side, the exchange of the round loop (fedmpi.core.server). `up_numel`: the size of [theta | up
-    payloads]; `store`: the clients' states (None for a rule whose clients are stateless). With a `log`, each
-    round's sampled clients go to its /clients table. `every_upload`: keep each sampled client's upload in
-    `rows` (in the order of `clients`) for an aggregator that reads them all; otherwise `rows` is None and the
-    uploads are summed on the way (FV cannot run on it either way: it scores parties, not clients)."""
+    """Server side, the exchange of the round loop (fedmpi.core.server), over `group` (client_group) with the
+    `trainers` ranks and their `control` channel. `up_numel`: the size of [theta | up payloads]; `store`: the
+    clients' states (None for a rule whose clients are stateless). With a `log`, each round's sampled clients go
+    to its /clients table. `every_upload`: keep each sampled client's upload in `rows` (in the order of
+    `clients`) for an aggregator that reads them all; otherwise `rows` is None and the uploads are summed on the
+    way (FV cannot run on it either way: it scores parties, not clients)."""
 
-    def __init__(self, ctx, sampler: ClientSampler, sizes: np.ndarray, up_numel: int, log=None,
-                 store: ClientStore | None = None, every_upload: bool = False):
-        self.ctx, self.sampler, self.sizes, self.log, self.store = ctx, sampler, sizes, log, store
-        self.trainers = ctx.layout.trainer_ranks
-        self.group = client_group(ctx)
+    def __init__(self, trainers: list[int], group, control: Control, sampler: ClientSampler, sizes: np.ndarray,
+                 up_numel: int, device, dtype, log=None, store: ClientStore | None = None,
+                 every_upload: bool = False):
+        self.trainers, self.group, self.control = trainers, group, control
+        self.sampler, self.sizes, self.log, self.store, self.device = sampler, sizes, log, store, device
         self.gives_uploads = every_upload
-        self.payload = torch.zeros(0 if every_upload else up_numel + 1, dtype=torch.float64, device=ctx.device)
-        self._rows = torch.zeros(sampler.count if every_upload else 0, up_numel, dtype=ctx.dtype, device=ctx.device)
+        self.payload = torch.zeros(0 if every_upload else up_numel + 1, dtype=torch.float64, device=device)
+        self._rows = torch.zeros(sampler.count if every_upload else 0, up_numel, dtype=dtype, device=device)
         self.clients = np.zeros(0, dtype=np.int64)
         self._work: list = []
         self._returning: list[tuple[int, torch.Tensor, object]] = []
@@ -82,8 +84,7 @@ class ClientExchange:
         the states back and the reduction of the clients' payloads."""
         self.clients = self.sampler.sample()
         assignment = assign_to_ranks(self.clients, self.sizes, len(self.trainers))
-        comm.bcast((r, assignment), what=_assignment(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
-                   comm=self.ctx.mpi_fed)
+        comm.bcast((r, assignment), what=_assignment(r), timeout_s=self.control.timeout_s, comm=self.control.mpi)
         # NCCL matches a pair's point-to-point operations in issue order (gloo by tag): the receives are posted
         # in the order each trainer rank sends, its clients' uploads while it trains them, then their states
         outgoing = self._send_states(assignment) if self.store is not None else []
@@ -103,7 +104,7 @@ class ClientExchange:
 
     def _send_states(self, assignment: list[list[int]]) -> list[tuple[int, int, torch.Tensor]]:
         """Each sampled client's state to the rank that trains it; (rank, client, buffer) for the state's return."""
-        outgoing = [(rank, k, self.store.get(k).to(self.ctx.device, copy=True))
+        outgoing = [(rank, k, self.store.get(k).to(self.device, copy=True))
                     for rank, ks in zip(self.trainers, assignment) for k in ks]
         for work in [p2p.isend(state, dst=rank, group=self.group) for rank, _, state in outgoing]:
             work.wait()
@@ -134,8 +135,8 @@ class ClientExchange:
     def round_stats(self, r: int) -> RoundStats:
         """The log's one row for the sampled clients: their n-weighted mean loss, the images trained, the slowest
         rank's seconds."""
-        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
-                            comm=self.ctx.mpi_fed)
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.control.timeout_s,
+                            comm=self.control.mpi)
         stats = [s for s in stats if s is not None]
         if self.log is not None:
             self.log.append("clients", round=r, ids=self.clients)
@@ -168,27 +169,25 @@ class ClientExchange:
 
 
 class TrainerSide:
-    """A trainer rank's end of the exchange."""
+    """A trainer rank's end of the exchange: this `rank` among the `trainers`, over `group` and `control`."""
 
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.trainers = ctx.layout.trainer_ranks
-        self.group = client_group(ctx)
+    def __init__(self, rank: int, trainers: list[int], group, control: Control, device):
+        self.rank, self.trainers, self.group, self.control, self.device = rank, trainers, group, control, device
 
     def receive_global(self, down: torch.Tensor) -> None:
         dist.broadcast(down, src=SERVER, group=self.group)
 
     def receive_assignment(self, r: int) -> list[int]:
         """This rank's clients of round r."""
-        sent_r, assignment = comm.bcast(None, what=_assignment(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
-                                        comm=self.ctx.mpi_fed)
+        sent_r, assignment = comm.bcast(None, what=_assignment(r), timeout_s=self.control.timeout_s,
+                                        comm=self.control.mpi)
         if sent_r != r:
             raise RuntimeError(f"client assignment for round {sent_r + 1} arrived in round {r + 1}")
-        return assignment[self.trainers.index(self.ctx.rank)]
+        return assignment[self.trainers.index(self.rank)]
 
     def receive_states(self, count: int, like: torch.Tensor) -> list[torch.Tensor]:
         """The states of this rank's `count` clients of the round, in the assignment's order."""
-        states = [torch.empty_like(like, device=self.ctx.device) for _ in range(count)]
+        states = [torch.empty_like(like, device=self.device) for _ in range(count)]
         for state in states:
             p2p.recv(state, src=SERVER, group=self.group)
         return states
@@ -205,5 +204,4 @@ class TrainerSide:
         p2p.send(upload, dst=SERVER, group=self.group, tag=UPLOAD_TAG)
 
     def send_stats(self, r: int, stats: dict) -> None:
-        comm.gather(stats, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
-                    comm=self.ctx.mpi_fed)
+        comm.gather(stats, what=round_statistics(r), timeout_s=self.control.timeout_s, comm=self.control.mpi)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fedmpi.layout import SERVER
 
 
-def run_cross_device(ctx, run_dir, resume=None) -> int:
+def run_cross_device(cfg, ctx, parts, run_dir, resume=None) -> int:
     if ctx.rank == SERVER:
         from fedmpi.crossdevice.setting import run_client_server
-        return run_client_server(ctx, run_dir, resume)
+        return run_client_server(cfg, ctx, parts, run_dir, resume)
     from fedmpi.crossdevice.trainer import run_client_trainer
-    return run_client_trainer(ctx, run_dir, resume)
+    return run_client_trainer(cfg, ctx, parts, run_dir, resume)

@@ -8,12 +8,12 @@ import sys
 
 import torch
 
-from fedmpi.config.aggregation import reads_every_upload
+from fedmpi.core.build import RunParts
+from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, test_accuracy
-from fedmpi.crossdevice.exchange import ClientExchange
-from fedmpi.crossdevice.model import build_client_model
+from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.core.driver import drive
 from fedmpi.core.schedule import evaluation_due
@@ -50,9 +50,9 @@ class TestAccuracy:
         cfg, s = self.setting.cfg, self.setting
         if not evaluation_due(r, cfg.eval.every, cfg.rounds):
             return
-        s.state.write(theta)
-        accuracy, loss = test_accuracy(s.model, s.data, cfg.clients.eval_images, cfg.eval.batch_size, s.device,
-                                       s.dtype)
+        s.parts.state.write(theta)
+        accuracy, loss = test_accuracy(s.parts.model, s.data, cfg.clients.eval_images, cfg.eval.batch_size,
+                                       s.parts.device, s.parts.dtype)
         self.log.append("eval", round=r, step=r + 1, **{"test/accuracy": accuracy, "test/loss": loss})
         self.first = self.first or (r, accuracy)
         self.last = (r, accuracy)
@@ -87,18 +87,15 @@ class TestAccuracy:
 
 
 class CrossDeviceSetting:
-    def __init__(self, ctx):
-        self.ctx, self.cfg = ctx, ctx.cfg
-        self.device, self.dtype = ctx.device, ctx.dtype
-        self.data = open_client_data(self.cfg)
-        self.model = build_client_model(self.cfg, ctx.device, ctx.dtype)
-        self.state = None          # the server's BackboneState over self.model, set by `exchange`
+    def __init__(self, cfg, ctx: Context, parts: RunParts):
+        self.cfg, self.ctx, self.parts = cfg, ctx, parts
+        self.data = open_client_data(cfg)
         self.uploads = None        # the server's ClientExchange, set by `exchange`
         self.parties = [p.name for p in ctx.layout.parties]     # one row: the sampled clients
         population = len(self.data.parts)
-        c = self.cfg.clients
+        c = cfg.clients
         self.sampler = ClientSampler(population, c.fraction if population > 1 else 1.0, c.sampler_seed)
-        self.log_schema = {"val_sets": list(self.cfg.data.val_sets),
+        self.log_schema = {"val_sets": list(cfg.data.val_sets),
                            "extra_tables": {"clients": {"round": ((), "i8"), "ids": ((self.sampler.count,), "i8")},
                                             "eval": EVAL_COLUMNS}}
 
@@ -106,18 +103,20 @@ class CrossDeviceSetting:
     def data_description(self) -> dict:
         return self.data.description
 
-    def side_work(self, server) -> TestAccuracy:
-        return TestAccuracy(self, server.log)
+    def side_work(self, log) -> TestAccuracy:
+        return TestAccuracy(self, log)
 
-    def exchange(self, server) -> ClientExchange:
-        self.state = server.state
-        store = client_store(server.algorithm, server.state.trainable)
-        self.uploads = ClientExchange(self.ctx, self.sampler, self.data.sizes(), server.up_numel, server.log, store,
-                                      every_upload=reads_every_upload(self.cfg))
+    def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> ClientExchange:
+        ctx, parts = self.ctx, self.parts
+        trainers = ctx.layout.trainer_ranks
+        self.uploads = ClientExchange(trainers, client_group(trainers), ctx.control, self.sampler, self.data.sizes(),
+                                      up_numel, parts.device, parts.dtype, log=log,
+                                      store=client_store(parts.rule, parts.state.trainable),
+                                      every_upload=parts.every_upload)
         return self.uploads
 
 
-def run_client_server(ctx, run_dir, resume=None) -> int:
-    server = Server(ctx, run_dir, CrossDeviceSetting(ctx), resume_round=resume.round if resume else None,
-                    config_changes=resume.changes if resume else None)
-    return drive(server, ctx, run_dir, resume)
+def run_client_server(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
+    server = Server(cfg, parts, CrossDeviceSetting(cfg, ctx, parts), run_dir,
+                    resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
+    return drive(server, cfg, ctx, run_dir, resume)

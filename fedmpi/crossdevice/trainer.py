@@ -4,15 +4,13 @@ the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to 
 next global payload and lets the rule rebuild its global_state from it (PFM's M)."""
 from __future__ import annotations
 
-from fedmpi.algorithms.build import build_algorithm
-from fedmpi.config.aggregation import reads_every_upload
+from fedmpi.core.build import RunParts
+from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_client_data
-from fedmpi.crossdevice.exchange import TrainerSide
+from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
-from fedmpi.crossdevice.model import build_client_model
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
-from fedmpi.core.state import BackboneState
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
 
 # The rule's global_state (the same on every trainer rank), written by the first trainer rank.
@@ -20,24 +18,22 @@ TRAINER_PART = "trainers.h5"
 
 
 class ClientTrainer:
-    def __init__(self, ctx):
-        self.ctx = ctx
-        cfg = ctx.cfg
-        self.trainer_side = TrainerSide(ctx)
-        data = open_client_data(cfg)
-        model = build_client_model(cfg, ctx.device, ctx.dtype)
-        self.state = BackboneState(model)
-        self.local = LocalTrainer(model, self.state, build_algorithm(cfg), data, epochs=cfg.clients.epochs,
-                                  batch_size=cfg.optim.batch_size, seed=cfg.run.seed, augment=cfg.clients.augment,
-                                  device=ctx.device, dtype=ctx.dtype,
+    def __init__(self, cfg, ctx: Context, parts: RunParts):
+        self.cfg = cfg
+        trainers = ctx.layout.trainer_ranks
+        self.trainer_side = TrainerSide(ctx.rank, trainers, client_group(trainers), ctx.control, parts.device)
+        self.is_first = ctx.rank == trainers[0]
+        self.state = parts.state
+        self.local = LocalTrainer(parts.model, parts.state, parts.rule, open_client_data(cfg),
+                                  epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size, seed=cfg.run.seed,
+                                  augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None)
         self.previous = self.local.down.theta.clone()
-        self.each = self.trainer_side.send_upload if reads_every_upload(cfg) else None
+        self.each = self.trainer_side.send_upload if parts.every_upload else None
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
-        cfg = self.ctx.cfg
         # a client's batch order comes from (seed, round, client) and its state lives with the server
-        return run_trainer_rounds(self, cfg.rounds, cfg.lr_at_round, start_round, checkpointer)
+        return run_trainer_rounds(self, self.cfg.rounds, self.cfg.lr_at_round, start_round, checkpointer)
 
     def start(self, start_round: int) -> None:
         self.trainer_side.receive_global(self.local.down.flat)
@@ -69,7 +65,7 @@ class ClientTrainer:
         self.trainer_side.send_stats(r, stats)
 
     def checkpoint_parts(self) -> dict:
-        if not self.local.shared or self.ctx.rank != self.trainer_side.trainers[0]:
+        if not self.local.shared or not self.is_first:
             return {}
         return {TRAINER_PART: {"algorithm": self.local.shared}}
 
@@ -80,5 +76,5 @@ class ClientTrainer:
         return int(read_manifest(folder)["round"])
 
 
-def run_client_trainer(ctx, run_dir, resume=None) -> int:
-    return drive(ClientTrainer(ctx), ctx, run_dir, resume)
+def run_client_trainer(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
+    return drive(ClientTrainer(cfg, ctx, parts), cfg, ctx, run_dir, resume)

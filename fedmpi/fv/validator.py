@@ -39,7 +39,6 @@ from fedmpi.core.context import Context
 from fedmpi.fv import assign_sets, needs_validation_sets  # noqa: F401 - importable from here too
 from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
 from fedmpi.core.state import BackboneState
-from fedmpi.models.backbone import build_backbone
 from fedmpi.layout import SERVER
 
 TAG_CONTROL = 7301
@@ -61,7 +60,7 @@ class Validator:
     is read and checked at start (a bad file ends the launch before training), its images are decoded when the
     set is first needed (a run may go a while before its first FV iteration or evaluation), then kept."""
 
-    def __init__(self, cfg, names: list[str], device, dtype):
+    def __init__(self, cfg, names: list[str], backbone: torch.nn.Module, device):
         from fedmpi.data.verification_bin import read_pairs
 
         self.cfg, self.device = cfg, device
@@ -71,8 +70,8 @@ class Validator:
         self._evaluators: dict = {}
         self._fv_pairs: dict[str, np.ndarray] = {}
         self._fv_subsets: set[str] = set()   # the sets scored on a subset of their FV pairs (fv.pairs_per_set)
-        self.backbone = build_backbone(cfg, device, dtype)
-        self.state = BackboneState(self.backbone)
+        self.backbone = backbone
+        self.state = BackboneState(backbone)
 
     def evaluator(self, name: str):
         """The Evaluator of one set (decoded on first use)."""
@@ -147,12 +146,14 @@ class MessageTrace:
                 f.write(json.dumps(record) + "\n")
 
 
-def serve(ctx: Context, validator: Validator) -> None:
-    """A dedicated validator's loop: answer requests from the server until it says stop."""
+def serve(validator: Validator, rank: int, group) -> None:
+    """A dedicated validator's loop: answer requests from the server until it says stop (`group`: server +
+    validators, over which the backbones come)."""
     mpi = comm.mpi_comm()
-    trace = MessageTrace(ctx.rank)
+    trace = MessageTrace(rank)
     trace(direction="start", sets=validator.names)
-    buffer = torch.empty(validator.state.numel, dtype=ctx.dtype, device=ctx.device)
+    like = validator.state.tensors[0]
+    buffer = torch.empty(validator.state.numel, dtype=like.dtype, device=like.device)
     while True:
         # no deadline: a validator may have nothing to do for a whole run; comm.receive polls (Iprobe + nap)
         wall, cpu = time.perf_counter(), time.process_time()
@@ -165,7 +166,7 @@ def serve(ctx: Context, validator: Validator) -> None:
         if word not in (SCORE, EVALUATE):
             raise RuntimeError(f"validator: unknown control word {word!r} from the server "
                                f"(expected one of {', '.join(CONTROL_WORDS)})")
-        p2p.recv(buffer, src=SERVER, group=ctx.groups.validators)
+        p2p.recv(buffer, src=SERVER, group=group)
         trace(direction="in", channel="torch.distributed", kind="backbone", numel=buffer.numel(),
               dtype=str(buffer.dtype))
         reply = validator.answer(word, buffer)
@@ -173,10 +174,10 @@ def serve(ctx: Context, validator: Validator) -> None:
         mpi.send(reply, dest=SERVER, tag=TAG_REPLY)
 
 
-def run_validator(ctx: Context) -> int:
-    cfg = ctx.cfg
+def run_validator(cfg, ctx: Context, parts) -> int:
+    """A dedicated validator rank: its share of the validation sets, scored on the run's model."""
     index = ctx.layout.validators.index(ctx.rank)
     names = assign_sets(list(cfg.data.val_sets), len(ctx.layout.validators))[index]
-    serve(ctx, Validator(cfg, names, ctx.device, ctx.dtype))
+    serve(Validator(cfg, names, parts.model, parts.device), ctx.rank, ctx.groups.validators)
     comm.barrier(what="closing barrier (every rank)", timeout_s=cfg.run.collective_timeout_s)
     return 0

@@ -10,7 +10,6 @@ import torch
 from fedmpi import comm
 from fedmpi.comm import p2p
 from fedmpi.comm.control import Backoff
-from fedmpi.core.context import Context
 from fedmpi.fv.validator import SCORE, STOP, TAG_CONTROL, TAG_REPLY, Validator, assign_sets
 
 
@@ -72,8 +71,8 @@ class RemoteEndpoint:
     so T sends issued at once would leave the last waiting T − 1 scorings against run.collective_timeout_s."""
     IN_FLIGHT = 2
 
-    def __init__(self, ctx: Context, rank: int, names: list[str]):
-        self.ctx, self.rank, self.names = ctx, rank, list(names)
+    def __init__(self, rank: int, names: list[str], group):
+        self.rank, self.names, self.group = rank, list(names), group
         self._queue: deque[tuple[Request, object]] = deque()
         self._waiting: deque[Request] = deque()
 
@@ -86,7 +85,7 @@ class RemoteEndpoint:
             request = self._waiting.popleft()
             comm.mpi_comm().send(request.word, dest=self.rank, tag=TAG_CONTROL)
             # the request keeps its backbone unchanged until the reply is in; the send has completed by then
-            self._queue.append((request, p2p.isend(request.flat, dst=self.rank, group=self.ctx.groups.validators)))
+            self._queue.append((request, p2p.isend(request.flat, dst=self.rank, group=self.group)))
 
     def progress(self) -> bool:
         mpi = comm.mpi_comm()
@@ -121,14 +120,15 @@ class ValidatorPool:
         self.val_sets = list(val_sets)
 
     @classmethod
-    def build(cls, ctx: Context) -> "ValidatorPool":
-        cfg = ctx.cfg
+    def build(cls, cfg, validator_ranks: list[int], group, parts) -> "ValidatorPool":
+        """The dedicated validator ranks (over `group`, server + validators), each with its share of the sets, or
+        one validator hosted here on a model of the run's parts."""
         val_sets = list(cfg.data.val_sets)
-        if ctx.layout.validators:
-            groups = assign_sets(val_sets, len(ctx.layout.validators))
-            endpoints = [RemoteEndpoint(ctx, rank, names) for rank, names in zip(ctx.layout.validators, groups)]
+        if validator_ranks:
+            shares = assign_sets(val_sets, len(validator_ranks))
+            endpoints = [RemoteEndpoint(rank, names, group) for rank, names in zip(validator_ranks, shares)]
         else:
-            endpoints = [HostedEndpoint(Validator(cfg, val_sets, ctx.device, ctx.dtype),
+            endpoints = [HostedEndpoint(Validator(cfg, val_sets, parts.new_model(), parts.device),
                                         scores_first=cfg.fv.iterations_per_round > 0)]
         return cls(endpoints, val_sets)
 

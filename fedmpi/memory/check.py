@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 
-from fedmpi.config import ConfigError
+from fedmpi.errors import ConfigError
 from fedmpi.memory.available import gpu_present, node_available, own_gpu_free, torch_build
 from fedmpi.memory.model import estimate, place_shared
 

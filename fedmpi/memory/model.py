@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from fedmpi.relayout.batch import rank_batch
+from fedmpi.layout import rank_batch
 
 MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build

@@ -1,4 +1,5 @@
-"""The silo runs' shared model: the IResNet backbone a config names, the same on every rank."""
+"""The runs' shared model f(Θ), the same on every rank: the IResNet a config names (the silo parties), or
+McMahan et al.'s CIFAR CNN (the cross-device clients)."""
 from __future__ import annotations
 
 import torch
@@ -7,9 +8,22 @@ from fedmpi.models.iresnet import iresnet
 
 
 def build_backbone(cfg, device, dtype) -> torch.nn.Module:
-    """The shared model f(Theta), initialised identically on every rank from run.seed."""
+    """The IResNet of model.*, initialised identically on every rank from run.seed."""
     torch.manual_seed(cfg.run.seed)
     m = cfg.model
     net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=cfg.data.image_size,
                   width=m.width, dropout=m.dropout)
     return net.to(device=device, dtype=dtype)
+
+
+def build_client_model(cfg, device, dtype) -> torch.nn.Module:
+    """The CIFAR CNN every virtual client and the server hold, initialised identically from run.seed."""
+    from fedmpi.models.cifar_cnn import CifarCNN
+
+    torch.manual_seed(cfg.run.seed)
+    return CifarCNN().to(device=device, dtype=dtype)
+
+
+def build_shared_model(cfg, device, dtype) -> torch.nn.Module:
+    """The model a run federates: the CIFAR CNN in the cross-device setting, the IResNet otherwise."""
+    return (build_client_model if cfg.cross_device else build_backbone)(cfg, device, dtype)

@@ -28,7 +28,7 @@ from fedmpi.store.manifest import (
 def reshard_checkpoint(folder: Path, out: Path, cfg, layout) -> dict[str, tuple[int, int]]:
     """Write `out`, the checkpoint `folder` for `layout` (cfg: the config of the run that will resume it);
     returns {party: (ranks before, ranks now)} of the parties re-split."""
-    from fedmpi.relayout.batch import saved_party_batches
+    from fedmpi.store.party_batches import saved_party_batches
     from fedmpi.store.resume import run_signature, saved_config
     from fedmpi.store.rng import capture_rng
 

@@ -50,18 +50,18 @@ class Benchmarks:
         self.protocols, self.backbone = protocols, backbone
 
     @classmethod
-    def build(cls, cfg, device, dtype) -> "Benchmarks | None":
+    def build(cls, cfg, parts) -> "Benchmarks | None":
+        """eval.sets' protocols, evaluated on a model of the run's parts (None: no benchmark configured)."""
         sets = configured_sets(cfg)
         if not sets:
             return None
         check_roots(cfg)
-        from fedmpi.models.backbone import build_backbone
-
+        device = parts.device
         options = dict(batch_size=cfg.eval.batch_size, device=device, workers=cfg.data.loader_workers(device),
                        cache_bytes=CACHE_BYTES)
         protocols = [build_protocol(name, synthetic_root(cfg, name) if root == SYNTHETIC else Path(root),
                                     cfg.data.image_size, **options) for name, root in sets.items()]
-        return cls(protocols, build_backbone(cfg, device, dtype))
+        return cls(protocols, parts.new_model())
 
     @property
     def names(self) -> list[str]:

@@ -17,48 +17,48 @@ import torch.distributed as dist
 from fedmpi import comm
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.aggregation.party_rows import PartyRows
-from fedmpi.comm.node_share import keepers, shared_parties
-from fedmpi.core.context import Context, shares_node_memory
+from fedmpi.comm.node_share import keepers
+from fedmpi.core.context import Control, Groups
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER, Party
 
 
 class SiloExchange:
-    """The server's side: every party's leader uploads each round (the silo setting). `kept`: how many earlier
-    rounds' rows stay untouched while the next gather lands (what the side work declares it reads)."""
+    """The server's side: every party's leader uploads each round (the silo setting) over the `leaders` group.
+    `kept`: how many earlier rounds' rows stay untouched while the next gather lands (what the side work declares
+    it reads); `intra_receivers`: the ranks each global payload reaches inside the parties (bytes_per_round)."""
 
     participation = 1.0
     gives_uploads = True
 
-    def __init__(self, ctx: Context, up_numel: int, down_numel: int, kept: int = 0):
-        self.ctx = ctx
-        P = len(ctx.layout.parties)
-        self._point_to_point = uploads_point_to_point(ctx)
-        self._buffers = [PartyRows(P, up_numel, dtype=ctx.dtype, device=ctx.device,
+    def __init__(self, parties: list[Party], leaders, control: Control, up_numel: int, down_numel: int, device,
+                 dtype, kept: int = 0, intra_receivers: int = 0):
+        self.leaders, self.control, self.dtype = leaders, control, dtype
+        self._point_to_point = uploads_point_to_point(device)
+        self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device,
                                    lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
-        self._leaders = [p.leader for p in ctx.layout.parties]
+        self._leaders = [p.leader for p in parties]
         self._next = 0
         self._latest: PartyRows | None = None
         self._work: list = []
         self._sizes = (up_numel, down_numel)
+        self._intra_receivers = intra_receivers
 
     def post(self, r: int) -> None:
         into = self._buffers[self._next]
         self._pending = into
-        leaders = self.ctx.groups.leaders
         if self._point_to_point:
-            self._work = [ReceivesInBackground([dist.irecv(row, src=leader, group=leaders)
+            self._work = [ReceivesInBackground([dist.irecv(row, src=leader, group=self.leaders)
                                                 for row, leader in zip(into.rows.unbind(0), self._leaders)])]
         else:
-            self._work = [dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER, group=leaders,
+            self._work = [dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER, group=self.leaders,
                                       async_op=True)]
 
     def is_complete(self) -> bool:
         return all(work.is_completed() for work in self._work)
 
     def wait(self) -> None:
-        leaders = comm.group_label("leaders", self.ctx.groups.leaders)
-        with comm.naming_failures(f"gather of the uploads over {leaders}"):
+        with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', self.leaders)}"):
             for work in self._work:
                 work.wait()
         self._latest, self._work = self._pending, []
@@ -73,14 +73,14 @@ class SiloExchange:
         return self._latest.weighted_sum(w, out)
 
     def send(self, down: torch.Tensor) -> None:
-        broadcast_global(self.ctx, down)
+        broadcast_global(down, self.leaders)
 
     def round_stats(self, r: int) -> RoundStats:
         """Every trainer rank's numbers, per party: the ranks' mean loss, the images they trained, the slowest
         rank's seconds, the records they skipped."""
-        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.ctx.cfg.run.collective_timeout_s,
-                            comm=self.ctx.mpi_fed, root=SERVER)
-        P = len(self.ctx.layout.parties)
+        stats = comm.gather(None, what=round_statistics(r), timeout_s=self.control.timeout_s,
+                            comm=self.control.mpi, root=SERVER)
+        P = len(self._leaders)
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
         bad = np.zeros(P, dtype=np.int64)
         for s in (s for s in stats if s is not None):
@@ -103,49 +103,52 @@ class SiloExchange:
         """Up: P uploads to the server; down: the global payload to P leaders (both cross silo boundaries);
         intra: each leader's broadcast to the other ranks of its party (stays inside the party), or, where the
         party's ranks share one copy per node, to the keepers of its other nodes."""
-        item = torch.empty((), dtype=self.ctx.dtype).element_size()
+        item = torch.empty((), dtype=self.dtype).element_size()
         up, down = (n * item for n in self._sizes)
-        parties = self.ctx.layout.parties
-        shared = shared_parties(self.ctx.layout, shares_node_memory(self.ctx.cfg))
-        receivers = sum(len(keepers(p.ranks) if p in shared else p.ranks) - 1 for p in parties)
-        return {"up": up * len(parties), "down": down * len(parties), "intra": down * receivers}
+        P = len(self._leaders)
+        return {"up": up * P, "down": down * P, "intra": down * self._intra_receivers}
+
+
+def intra_receivers(parties: list[Party], shared: list[Party]) -> int:
+    """The ranks a global payload reaches inside the parties: each party's other ranks, or, for a party whose
+    ranks share one copy per node (`shared`), the keepers of its other nodes."""
+    return sum(len(keepers(p.ranks) if p in shared else p.ranks) - 1 for p in parties)
 
 
 # ---------------------------------------------------------------- the trainer's side
 
 
-def uploads_point_to_point(ctx: Context) -> bool:
+def uploads_point_to_point(device) -> bool:
     """On CPU (gloo) each upload is received straight into its row: gloo's gather stages all rows, the server's
     own included, in a temporary [P+1, D_up] of its own every round. On GPUs a gather (NCCL's receives into the
     rows; gloo, where ranks share a GPU, has no send/receive of CUDA tensors)."""
-    return ctx.device.type == "cpu"
+    return torch.device(device).type == "cpu"
 
 
-def send_local(ctx: Context, upload: torch.Tensor) -> None:
-    with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', ctx.groups.leaders)}"):
-        if uploads_point_to_point(ctx):
-            dist.send(upload, dst=SERVER, group=ctx.groups.leaders)
+def send_local(upload: torch.Tensor, leaders) -> None:
+    with comm.naming_failures(f"gather of the uploads over {comm.group_label('leaders', leaders)}"):
+        if uploads_point_to_point(upload.device):
+            dist.send(upload, dst=SERVER, group=leaders)
         else:
-            dist.gather(upload, None, dst=SERVER, group=ctx.groups.leaders)
+            dist.gather(upload, None, dst=SERVER, group=leaders)
 
 
-def broadcast_global(ctx: Context, down: torch.Tensor) -> None:
-    with comm.naming_failures(f"broadcast of Theta over {comm.group_label('leaders', ctx.groups.leaders)}"):
-        dist.broadcast(down, src=SERVER, group=ctx.groups.leaders)
+def broadcast_global(down: torch.Tensor, leaders) -> None:
+    with comm.naming_failures(f"broadcast of Theta over {comm.group_label('leaders', leaders)}"):
+        dist.broadcast(down, src=SERVER, group=leaders)
 
 
-def receive_global(ctx: Context, party: Party, down: torch.Tensor, node=None) -> None:
+def receive_global(down: torch.Tensor, party: Party, rank: int, groups: Groups, node=None) -> None:
     """The leader takes the payload from the server and passes it on over the party's group, or, where the party's
     ranks on a node share one copy (`node`, comm/node_share.py), over the group of its nodes' keepers (None: the
     party lives on one node)."""
-    if ctx.rank == party.leader:
-        broadcast_global(ctx, down)
-    group = node.keepers if node is not None else ctx.groups.party
+    if rank == party.leader:
+        broadcast_global(down, groups.leaders)
+    group = node.keepers if node is not None else groups.party
     if group is not None:
         with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, group)}"):
             dist.broadcast(down, src=party.leader, group=group)
 
 
-def report(ctx: Context, r: int, stats: dict) -> None:
-    comm.gather(stats, what=round_statistics(r), timeout_s=ctx.cfg.run.collective_timeout_s, comm=ctx.mpi_fed,
-                root=SERVER)
+def report(control: Control, r: int, stats: dict) -> None:
+    comm.gather(stats, what=round_statistics(r), timeout_s=control.timeout_s, comm=control.mpi, root=SERVER)

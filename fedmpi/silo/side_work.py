@@ -23,13 +23,11 @@ from typing import Callable
 import torch
 
 from fedmpi.comm.control import Backoff
-from fedmpi.silo.benchmarks import Benchmarks
-from fedmpi.core.context import Context
-from fedmpi.silo.evaluation import Evaluation
 from fedmpi.config import fv_runs
 from fedmpi.fv.weighting import FederatedValidation
-from fedmpi.fv.validator import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool
+from fedmpi.silo.benchmarks import Benchmarks
+from fedmpi.silo.evaluation import Evaluation
 
 
 class FixedWeighting:
@@ -43,13 +41,15 @@ class FixedWeighting:
 
 
 class SideWork:
-    def __init__(self, ctx: Context, log, parties: list[str], initial_w: torch.Tensor, stream=sys.stdout):
-        cfg = ctx.cfg
+    """`pool`: the validators (None when neither FV nor held-out evaluation runs); `benchmarks`: eval.sets'
+    (None without); `device`: where FV forms its candidate backbones."""
+
+    def __init__(self, cfg, log, parties: list[str], initial_w: torch.Tensor, pool: ValidatorPool | None,
+                 benchmarks: Benchmarks | None, device, stream=sys.stdout):
         self.cfg, self.parties, self.stream = cfg, parties, stream
-        self.pool = ValidatorPool.build(ctx) if needs_validation_sets(cfg) else None
-        self.evaluation = (Evaluation(cfg, self.pool, log, stream, Benchmarks.build(cfg, ctx.device, ctx.dtype))
-                           if cfg.eval.every > 0 else None)
-        self.fv = (FederatedValidation(cfg, len(parties), self.pool, log, initial_w.cpu().numpy(), ctx.device)
+        self.pool = pool
+        self.evaluation = Evaluation(cfg, pool, log, stream, benchmarks) if cfg.eval.every > 0 else None
+        self.fv = (FederatedValidation(cfg, len(parties), pool, log, initial_w.cpu().numpy(), device)
                    if fv_runs(cfg) else None)
         self.weighting = self.fv or FixedWeighting(initial_w)
 

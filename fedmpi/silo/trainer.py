@@ -7,12 +7,10 @@ import torch
 
 from fedmpi import comm
 from fedmpi.algorithms import LocalRound, views
-from fedmpi.algorithms.build import build_algorithm
+from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
-from fedmpi.core.state import BackboneState
 from fedmpi.core.trainer_loop import run_trainer_rounds
-from fedmpi.models.backbone import build_backbone
 from fedmpi.core.payloads import Payloads
 from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
@@ -20,72 +18,45 @@ from fedmpi.silo.party_gradients import PartyGradients
 from fedmpi.silo.precision import Precision
 from fedmpi.models.bn_groups import normalise_in_groups
 from fedmpi.models.sgd import MomentumSGD
-from fedmpi.relayout.batch import rank_batch
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
-from fedmpi.layout import Party
+from fedmpi.layout import rank_batch
+from fedmpi.silo.party_data import batch_stream, open_party_dataset
 
 
 class LossNotFinite(SystemExit):
     """A party's loss is NaN or Inf: the run stops, and the failure guard prints `rank R (role): <message>`."""
 
 
-def open_party_dataset(party: Party, data_cfg):
-    from fedmpi.data import ConcatFaceDataset, open_training_set
-
-    sets = [open_training_set(spec, data_cfg) for spec in party.specs]
-    return sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
-
-
-def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
-    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
-    from fedmpi.data import ShardBatchSampler
-    from fedmpi.models.heads import check_label_range
-
-    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), rank_batch(cfg, party.name),
-                                seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
-    workers = cfg.data.loader_workers(device)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
-                                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
-                                         # workers started from a clean server process, not forked from a rank
-                                         # whose MPI, CUDA and NCCL are running (fork copies their threads' locks)
-                                         multiprocessing_context="forkserver" if workers > 0 and device.type == "cuda"
-                                         else None,
-                                         # its own generator: starting the stream draws nothing from the global
-                                         # torch RNG, which a resumed run has just restored
-                                         generator=torch.Generator().manual_seed(cfg.data.seed))
-    for images, labels in loader:
-        if device.type != "cpu":    # here on the host, not by the classifier on the device (a sync per step)
-            check_label_range(labels, dataset.num_classes)
-        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-
-
 class Trainer:
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        cfg = ctx.cfg
+    """A trainer rank of its party: `cfg` the run's config, `ctx` where this rank stands (its party, groups,
+    control channel, node share), `parts` the rule and the model it trains (core/build.py)."""
+
+    def __init__(self, cfg, ctx: Context, parts: RunParts):
+        self.cfg, self.rank, self.groups, self.control = cfg, ctx.rank, ctx.groups, ctx.control
+        self.device, self.dtype = parts.device, parts.dtype
         self.party = ctx.layout.party_of(ctx.rank)
         self.is_leader = ctx.rank == self.party.leader
         self.dataset = open_party_dataset(self.party, cfg.data)
-        self.backbone = build_backbone(cfg, ctx.device, ctx.dtype)
+        self.backbone = parts.model
         self.batch_size = rank_batch(cfg, self.party.name)
         normalise_in_groups(self.backbone, self.batch_size, cfg.model.bn_batch)
-        self.state = BackboneState(self.backbone)
-        self.algorithm = build_algorithm(cfg)
+        self.state = parts.state
+        self.algorithm = parts.rule
         self.node = ctx.node_share   # None: this rank holds its own copy of what its party's ranks share
         self.keeps = self.node is None or self.node.keeps
-        self.down = Payloads(self.state, self.algorithm.down, ctx.device, ctx.dtype,   # [Θ | down payloads]
+        self.down = Payloads(self.state, self.algorithm.down, self.device, self.dtype,   # [Θ | down payloads]
                              zeros=self.node.zeros if self.node else None)
         # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
-        self.up = Payloads(self.state, self.algorithm.up, ctx.device, ctx.dtype, with_theta=self.is_leader)
-        if self.is_leader and ctx.device.type == "cpu":
+        self.up = Payloads(self.state, self.algorithm.up, self.device, self.dtype, with_theta=self.is_leader)
+        if self.is_leader and self.device.type == "cpu":
             self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
         self.take_global()
-        group = ctx.groups.party
+        group = self.groups.party
         self.model, self.party_gradients = self._party_model(group)
-        self.classifier = self._build_classifier().to(ctx.device)
+        self.classifier = self._build_classifier().to(self.device)
         o = cfg.optim
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
                                           weight_decay=o.weight_decay)  # eq. 1-2
@@ -94,7 +65,7 @@ class Trainer:
             self.algo_state.update({key: self.node.like(self.algo_state[key]) for key in self.algorithm.global_state})
         # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
         self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
-        self.precision = Precision(o.amp, ctx.device, group=group)
+        self.precision = Precision(o.amp, self.device, group=group)
 
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
@@ -102,7 +73,7 @@ class Trainer:
         backward (silo/party_gradients.py), without DDP's import of torch._dynamo (its cost per rank: docs/PERFORMANCE.md)."""
         if group is None:
             return self.backbone, None
-        if self.ctx.device.type == "cuda":
+        if self.device.type == "cuda":
             from torch.nn.parallel import DistributedDataParallel
 
             return DistributedDataParallel(self.backbone, process_group=group), None
@@ -111,20 +82,19 @@ class Trainer:
     def _build_classifier(self):
         from fedmpi.models.classifier import build_classifier
 
-        m, cfg = self.ctx.cfg.model, self.ctx.cfg
+        m, cfg = self.cfg.model, self.cfg
         return build_classifier(self.dataset.num_classes, m.embedding_size, kind=m.head, scale=m.scale,
-                                margin=cfg.margin, group=self.ctx.groups.party, mode=m.classifier,
+                                margin=cfg.margin, group=self.groups.party, mode=m.classifier,
                                 sample_rate=m.sample_rate, seed=cfg.run.seed + 1 + self.party.index,
-                                dtype=self.ctx.dtype)
+                                dtype=self.dtype)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
-        cfg = self.ctx.cfg
-        return run_trainer_rounds(self, cfg.rounds, cfg.lr_at_round, start_round, checkpointer)
+        return run_trainer_rounds(self, self.cfg.rounds, self.cfg.lr_at_round, start_round, checkpointer)
 
     def start(self, start_round: int) -> None:
         """The batch stream from the resumed step (the first global payload came in __init__)."""
-        cfg, ctx = self.ctx.cfg, self.ctx
-        self.batches = batch_stream(self.dataset, self.party, ctx.rank, cfg, start_round * cfg.fed.K, ctx.device)
+        cfg = self.cfg
+        self.batches = batch_stream(self.dataset, self.party, self.rank, cfg, start_round * cfg.fed.K, self.device)
 
     def prepare(self, r: int, lr: float) -> None:
         for group in self.classifier_opt.param_groups:
@@ -132,23 +102,23 @@ class Trainer:
 
     def train(self, r: int, lr: float) -> tuple[LocalRound, float]:
         """K local steps; (what the rule's steps saw, the mean loss)."""
-        ctx, K = self.ctx, self.ctx.cfg.fed.K
-        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        K = self.cfg.fed.K
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         rnd = self.local_round(lr)
         with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
             for k in range(K):
                 images, labels = next(self.batches)
                 rnd.step = k
-                loss_sum += self.step(images.to(ctx.dtype), labels, rnd)
+                loss_sum += self.step(images.to(self.dtype), labels, rnd)
         mean_loss = float(loss_sum) / K
         if mean_loss != mean_loss or mean_loss in (float("inf"), float("-inf")):
             raise LossNotFinite(f"party {self.party.name}: loss is {mean_loss} in round {r + 1}")
         return rnd, mean_loss
 
     def report(self, r: int, trained, seconds: float) -> None:
-        cfg = self.ctx.cfg
-        send_statistics(self.ctx, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
-                             "images": cfg.fed.K * self.batch_size, "bad_records": self.bad_records()})
+        send_statistics(self.control, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
+                                          "images": self.cfg.fed.K * self.batch_size,
+                                          "bad_records": self.bad_records()})
 
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
@@ -158,7 +128,7 @@ class Trainer:
         """What the rule's local steps see this round: Θ at the round's start, the down payloads, the up
         payloads to fill (all parameter-shaped views into the exchange's buffers)."""
         params = self.state.trainable
-        return LocalRound(lr=lr, K=self.ctx.cfg.fed.K, global_params=views(self.down.trainable, params),
+        return LocalRound(lr=lr, K=self.cfg.fed.K, global_params=views(self.down.trainable, params),
                           down=self.down.as_params(params), up=self.up.as_params(params))
 
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
@@ -196,7 +166,7 @@ class Trainer:
                 self.state.read(self.up.theta)
                 if self.attack != 1.0:
                     scale_update(self.up.trainable, self.down.trainable, self.attack)
-                send_local(self.ctx, self.up.flat)
+                send_local(self.up.flat, self.groups.leaders)
             rebuild = None
             if previous is not None:
                 def rebuild():
@@ -207,7 +177,7 @@ class Trainer:
         """The new global payload (and then(), which rebuilds the rule's global_state from it) on the keeper of the
         party's ranks on this node, or on every rank where nothing is shared; then every rank's model is Θ."""
         if self.keeps:
-            receive_global(self.ctx, self.party, self.down.flat, self.node)
+            receive_global(self.down.flat, self.party, self.rank, self.groups, self.node)
             if then is not None:
                 then()
         if self.node:
@@ -223,7 +193,7 @@ class Trainer:
                 "rng": capture_rng()}
         if self.is_leader:
             tree["algorithm"] = self.algo_state
-        return {party_part(self.party.name, self.party.ranks.index(self.ctx.rank)): tree}
+        return {party_part(self.party.name, self.party.ranks.index(self.rank)): tree}
 
     def load_checkpoint(self, folder) -> int:
         """Take this rank's state from a checkpoint written by `checkpoint_parts`, by this party on this rank count
@@ -232,12 +202,12 @@ class Trainer:
         from fedmpi.relayout.party_state import relaid_part, saved_rank_count, seed_generators, seed_of
         from fedmpi.store.manifest import read_manifest
 
-        index, ranks = self.party.ranks.index(self.ctx.rank), len(self.party.ranks)
+        index, ranks = self.party.ranks.index(self.rank), len(self.party.ranks)
         saved_ranks = saved_rank_count(read_manifest(folder), self.party.name) or ranks
         if saved_ranks == ranks:
             saved = read_part(folder / party_part(self.party.name, index))
         else:
-            saved = relaid_part(folder, self.party.name, saved_ranks, ranks, index, self.ctx.cfg.model.classifier)
+            saved = relaid_part(folder, self.party.name, saved_ranks, ranks, index, self.cfg.model.classifier)
         self.classifier.load_state_dict(saved["classifier"])
         self.classifier_opt.load_state_dict(saved["classifier_optimizer"])
         self.precision.load_state_dict(saved["precision"])
@@ -252,9 +222,9 @@ class Trainer:
         if saved_ranks == ranks:
             restore_rng(saved["rng"])
         else:
-            seed_generators(seed_of(self.ctx.cfg.run.seed, self.party.index, rounds_done, index))
+            seed_generators(seed_of(self.cfg.run.seed, self.party.index, rounds_done, index))
         return rounds_done
 
 
-def run_trainer(ctx: Context, run_dir, resume=None) -> int:
-    return drive(Trainer(ctx), ctx, run_dir, resume)
+def run_trainer(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
+    return drive(Trainer(cfg, ctx, parts), cfg, ctx, run_dir, resume)

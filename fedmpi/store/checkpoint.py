@@ -41,7 +41,7 @@ class Checkpointer:
                  stream=sys.stdout):
         self.comm, self.directory, self.cfg, self.preemption = comm, Path(directory), cfg, preemption
         self.is_root = comm.Get_rank() == 0
-        from fedmpi.relayout.batch import party_batches
+        from fedmpi.layout import party_batches
 
         self.meta = {"algorithm": cfg.fed.algorithm, "topology": layout.as_dict(),
                      "signature": run_signature(cfg, layout), "party_batches": party_batches(cfg, layout)}

@@ -1,5 +1,5 @@
 """The error of the store: a checkpoint that cannot be resumed from."""
-from fedmpi.config import ConfigError
+from fedmpi.errors import ConfigError
 
 
 class ResumeError(ConfigError):

@@ -14,6 +14,7 @@ import h5py
 
 from fedmpi.store.h5log import open_log
 from fedmpi.store.manifest import SERVER_PART, ResumeError, check_complete, latest_complete, resolve_checkpoint
+from fedmpi.store.party_batches import check_party_batches
 
 
 def checkpoint_dir(cfg, run_dir: Path) -> Path:
@@ -130,7 +131,7 @@ def config_changes(folder: Path, cfg) -> dict:
     """{dotted key: [value in the checkpoint's config, value now]} for every key that changes the run (but for
     the layout's split of a party's batch over its ranks, `party_batch_changes`)."""
     from fedmpi.config import to_dict
-    from fedmpi.config.fed import unread_keys
+    from fedmpi.config.rules import unread_keys
 
     saved = saved_config(folder)
     before = _flat(_without_layout(saved, cfg.cross_device))
@@ -138,38 +139,6 @@ def config_changes(folder: Path, cfg) -> dict:
     unread = unread_keys(cfg)
     return {key: [before.get(key), now.get(key)] for key in sorted(set(before) | set(now))
             if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS) and key not in unread}
-
-
-def party_batch_changes(folder: Path, manifest: dict, cfg, layout) -> dict:
-    """{'parties.NAME.images_per_step': [before, now]} for each party whose batch per step (ranks x batch per
-    rank) differs from the checkpoint's: its data stream and its gradients differ then, whereas the same batch
-    on other rank counts continues the same run (docs/CLUSTER.md)."""
-    from fedmpi.relayout.batch import describe, rank_batch, saved_party_batches
-
-    if cfg.cross_device:   # the clients' state lives on the server: any number of trainer ranks continues it
-        return {}
-    saved_ranks = manifest.get("topology", {}).get("parties", {})
-    saved = saved_party_batches(manifest, saved_config(folder))
-    changes = {}
-    for party in layout.parties:
-        now = (len(party.ranks), rank_batch(cfg, party.name))
-        before = saved.get(party.name)
-        if before is not None and before != now[0] * now[1]:
-            ranks = int(saved_ranks.get(party.name, 0))
-            old = describe(ranks, before // ranks) if ranks and before % ranks == 0 else str(before)
-            changes[f"parties.{party.name}.images_per_step"] = [old, describe(*now)]
-    return changes
-
-
-def check_party_batches(folder: Path, manifest: dict, cfg, layout, allowed: bool) -> dict:
-    changes = party_batch_changes(folder, manifest, cfg, layout)
-    if changes and not allowed:
-        listed = "; ".join(f"party {key.split('.')[1]}: {old} images per step (ranks x batch per rank), this run "
-                           f"{new}" for key, (old, new) in changes.items())
-        raise ResumeError(f"--resume: {folder} was written with another batch per step ({listed}); keep the "
-                          f"party's batch per step (parties.NAME.batch_size), or add --allow-config-changes to "
-                          f"continue with the new one (recorded in the log)")
-    return changes
 
 
 def check_changes(folder: Path, cfg, allowed: bool) -> dict:
@@ -217,7 +186,7 @@ def find_resume_point(resume: str | None, cfg, layout, run_dir: Path,
     if manifest["round"] > cfg.rounds:
         raise ResumeError(f"--resume: {folder} is after round {manifest['round']}, but this config has only "
                           f"{cfg.rounds} rounds")
-    changes = {**check_party_batches(folder, manifest, cfg, layout, allow_changes),
+    changes = {**check_party_batches(folder, manifest, saved_config(folder), cfg, layout, allow_changes),
                **check_changes(folder, cfg, allow_changes)}
     rounds_done = int(manifest["round"])
     abandoned = lineage.set_aside_future(directory, rounds_done, _say)

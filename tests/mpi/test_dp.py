@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from fedmpi.aggregation.accounting import ORDERS, epsilon
-from fedmpi.aggregation.dp import GaussianMean, update_noise_multiplier
+from fedmpi.aggregation.aggregators import WeightedMean
+from fedmpi.aggregation.dp import GaussianMechanism, update_noise_multiplier
 from fedmpi.config.aggregation import DPConfig
 from fedmpi.core.state import BackboneState
 from fedmpi.store.h5log import LogReader
@@ -32,15 +33,27 @@ DELTAS = torch.tensor([[3.0, 4.0, 0.0, 0.0],      # norm 5: clipped to C = 1
                       dtype=torch.float64)
 
 
+def gaussian_mean(options, reference: torch.Tensor, count: int, nonnegative=()) -> GaussianMechanism:
+    """DP-FedAvg around the weighted mean, measuring the updates from `reference` (as the server step sets it)."""
+    dp = GaussianMechanism(WeightedMean(), options, count, nonnegative)
+    dp.starts_from(reference)
+    return dp
+
+
+def uploads(rows: torch.Tensor) -> SimpleNamespace:
+    """A round's uploads as the exchange gives them: the rows and their weighted mean (one mat-vec)."""
+    return SimpleNamespace(rows=rows, weighted_mean=lambda w, out: torch.mv(rows.t(), w.to(rows.dtype), out=out))
+
+
 def mechanism(**options):
     opts = DPConfig(enabled=True, **{"clip": 1.0, "noise_multiplier": 0.7, "seed": 5, **options})
     ref = REF.clone()
-    return GaussianMean(opts, ref, count=3), ref
+    return gaussian_mean(opts, ref, count=3), ref
 
 
 def combine(dp, w):
     out = torch.empty(4, dtype=torch.float64)
-    dp(SimpleNamespace(rows=REF + DELTAS), w, out)
+    dp(uploads(REF + DELTAS), w, out)
     return out
 
 
@@ -61,7 +74,7 @@ def test_the_reference_may_be_the_output_itself():
     w = torch.full((3,), 1 / 3, dtype=torch.float64)
     dp, ref = mechanism(seed=1)
     expected = combine(mechanism(seed=1)[0], w)
-    dp(SimpleNamespace(rows=REF + DELTAS), w, ref)
+    dp(uploads(REF + DELTAS), w, ref)
     assert torch.equal(ref, expected)
 
 
@@ -69,17 +82,17 @@ def test_the_noise_has_the_stated_standard_deviation():
     n = 200_000
     opts = DPConfig(enabled=True, clip=2.0, noise_multiplier=1.5, seed=0)
     ref = torch.zeros(n, dtype=torch.float64)
-    dp = GaussianMean(opts, ref, count=4)
+    dp = gaussian_mean(opts, ref, count=4)
     out = torch.empty(n, dtype=torch.float64)
-    dp(SimpleNamespace(rows=torch.zeros(4, n, dtype=torch.float64)), torch.full((4,), 0.25, dtype=torch.float64), out)
+    dp(uploads(torch.zeros(4, n, dtype=torch.float64)), torch.full((4,), 0.25, dtype=torch.float64), out)
     assert out.std().item() == pytest.approx(1.5 * 2.0 * 0.25, rel=0.01)
 
 
 def test_the_noise_leaves_the_nonnegative_slices_clamped_at_zero_and_the_rest_as_drawn():
     w = torch.full((3,), 1 / 3, dtype=torch.float64)
     plain = combine(mechanism(noise_multiplier=30.0)[0], w)
-    dp = GaussianMean(DPConfig(enabled=True, clip=1.0, noise_multiplier=30.0, seed=5), REF.clone(), count=3,
-                      nonnegative=(slice(1, 3),))
+    dp = gaussian_mean(DPConfig(enabled=True, clip=1.0, noise_multiplier=30.0, seed=5), REF.clone(), count=3,
+                       nonnegative=(slice(1, 3),))
     clamped = combine(dp, w)
     assert (plain[1:3] < 0).any()                      # the noise (std 10) does make a variance negative here
     assert torch.equal(clamped[1:3], plain[1:3].clamp(min=0))

@@ -10,7 +10,7 @@ from fedmpi.aggregation.accounting import epsilon
 from fedmpi.aggregation.dp import clip_into
 from fedmpi.config import load_config
 from fedmpi.core.state import BackboneState
-from fedmpi.crossdevice.model import build_client_model
+from fedmpi.models.backbone import build_client_model
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
 from test_crossdevice_mpi import TINY

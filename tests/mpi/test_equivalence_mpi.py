@@ -8,7 +8,7 @@ from fedmpi.config import load_config
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.silo.setting import initial_weights
-from fedmpi.silo.trainer import batch_stream, open_party_dataset
+from fedmpi.silo.party_data import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
 from fedmpi.layout import build_layout
 from shared_runs import data_root_of, declare

@@ -3,12 +3,12 @@ lr 0.01) and refuses another; under mpirun the server's second step is Alg. 2's 
 import pytest
 
 from algorithm_harness import assert_adaptive_server_step, declare_rule
-from fedmpi.algorithms.build import build_algorithm
+from fedmpi.core.build import build_rule
 from fedmpi.config import ConfigError, load_config
 
 
 def test_the_rule_is_fedavg_with_the_adam_server_optimizer():
-    algorithm = build_algorithm(load_config(None, ["fed.algorithm=fedadam", "fed.server.beta1=0.5"]))
+    algorithm = build_rule(load_config(None, ["fed.algorithm=fedadam", "fed.server.beta1=0.5"]))
     server = algorithm.server
     assert (server.kind, server.lr, server.beta1, server.tau) == ("adam", 0.01, 0.5, 1e-3)
     with pytest.raises(ConfigError, match="fed.server.optimizer: fedadam is defined by the adam server optimizer"):

@@ -223,7 +223,8 @@ def test_validator_scores_and_evaluates_like_the_evaluator(tmp_path):
     """The validator embeds only the FV folds to score a candidate: same FV score as the Evaluator's."""
     cfg = load_config(None, [*SHUFFLED[:1], "data.image_size=16", "data.val_pairs_per_fold=6", "model.width=0.125",
                              "model.embedding_size=16", f"data.root={tmp_path}", "data.val_sets=[lfw,cplfw]"])
-    validator = Validator(cfg, ["lfw", "cplfw"], torch.device("cpu"), torch.float32)
+    validator = Validator(cfg, ["lfw", "cplfw"], build_backbone(cfg, torch.device("cpu"), torch.float32),
+                          torch.device("cpu"))
     backbone = build_backbone(cfg, torch.device("cpu"), torch.float32)
     with torch.no_grad():
         for p in backbone.parameters():

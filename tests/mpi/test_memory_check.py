@@ -35,12 +35,12 @@ def test_backbone_size_is_the_real_flat_state(backbone, width, embedding, size):
 
 
 def test_the_rules_tensors_are_the_rules_own():
-    from fedmpi.algorithms.build import build_algorithm
+    from fedmpi.core.build import build_rule
     from fedmpi.algorithms.registry import RULES
 
     assert set(RULE_TENSORS) == set(RULES)
     for rule in RULES:
-        algorithm = build_algorithm(load_config(None, [f"fed.algorithm={rule}"]))
+        algorithm = build_rule(load_config(None, [f"fed.algorithm={rule}"]))
         params = [torch.zeros(5)]
         trainer = algorithm.init_trainer_state(params)
         server = algorithm.init_server_state(torch.zeros(5), {k: torch.zeros(5) for k in algorithm.down})

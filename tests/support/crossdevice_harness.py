@@ -11,15 +11,12 @@ import torch
 
 from fedmpi.aggregation.dp import clip_into
 from fedmpi.aggregation.server_step import ServerStep
-from fedmpi.algorithms.build import build_algorithm
 from fedmpi.config import load_config
-from fedmpi.config.aggregation import build_aggregator
+from fedmpi.core.build import build_parts
 from fedmpi.crossdevice.client_data import open_client_data
 from fedmpi.crossdevice.client_state import ClientStore, client_store
 from fedmpi.crossdevice.local_training import LocalTrainer
-from fedmpi.crossdevice.model import build_client_model
 from fedmpi.crossdevice.sampler import ClientSampler
-from fedmpi.core.state import BackboneState
 from fedmpi.core.payloads import Payloads
 
 CONFIG = "configs/hsu_cifar10.yaml"
@@ -57,14 +54,12 @@ class Simulation:
 def simulate(overrides: list[str], config: str = CONFIG, dtype=torch.float64) -> Simulation:
     cfg = load_config(config, overrides)
     data = open_client_data(cfg)
-    model = build_client_model(cfg, CPU, dtype)
-    state = BackboneState(model)
-    algorithm = build_algorithm(cfg)
+    parts = build_parts(cfg, CPU, dtype)
+    model, state, algorithm = parts.model, parts.state, parts.rule
     down, mean = Payloads(state, algorithm.down, CPU, dtype), Payloads(state, algorithm.up, CPU, dtype)
     state.read(down.theta)
     server_state = algorithm.init_server_state(down.trainable, down.extra)
-    step = ServerStep(algorithm, build_aggregator(cfg, algorithm, down.flat), down, mean, server_state,
-                      state.n_trainable)
+    step = ServerStep(algorithm, parts.aggregator, down, mean, server_state, state.n_trainable)
     clip = cfg.fed.dp.clip if cfg.fed.dp.enabled else None
     store = client_store(algorithm, state.trainable)
     local = LocalTrainer(model, state, algorithm, data, epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size,

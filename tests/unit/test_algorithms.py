@@ -106,11 +106,11 @@ def test_sgd_server_optimizer_with_lr_1_is_the_average_bit_for_bit_and_scales_ot
 
 
 def test_only_plain_averaging_rules_form_the_average_straight_into_theta():
-    from fedmpi.algorithms.build import build_algorithm
+    from fedmpi.core.build import build_rule
     from fedmpi.config import load_config
 
     def averages(*overrides):
-        return build_algorithm(load_config(None, list(overrides))).server_averages
+        return build_rule(load_config(None, list(overrides))).server_averages
 
     assert averages("fed.algorithm=pfm") and averages("fed.algorithm=fedavg")
     assert not averages("fed.algorithm=fedavg", "fed.server.lr=0.5")

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from crossdevice_harness import CONFIG, simulate
 from fedmpi.config import load_config
 from fedmpi.crossdevice.client_data import open_client_data, to_tensor
-from fedmpi.crossdevice.model import build_client_model
+from fedmpi.models.backbone import build_client_model
 
 TINY = ["clients.train_images=80", "clients.test_images=20", "clients.alpha=0.5", "optim.lr=0.05",
         "eval.every=0", "run.device=cpu", "run.dtype=float64", "run.deterministic=true"]

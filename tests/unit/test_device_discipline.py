@@ -16,7 +16,7 @@ import torch
 from device_discipline import DEVICE, DeviceMix, OnDevice
 from fedmpi.aggregation.aggregators import WeightedMean
 from fedmpi.aggregation.bulyan import Bulyan, BulyanOptions
-from fedmpi.aggregation.dp import ClientGaussianMean, GaussianMean
+from fedmpi.aggregation.dp import GaussianMechanism
 from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptions
 from fedmpi.aggregation.median import Median
 from fedmpi.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanOptions
@@ -24,6 +24,7 @@ from fedmpi.comm import p2p
 from fedmpi.config.aggregation import DPConfig
 from fedmpi.crossdevice import exchange as crossdevice_exchange
 from fedmpi.crossdevice.exchange import UPLOAD_TAG, ClientExchange
+from fedmpi.core.context import Control
 from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.fv import validator_client
 from fedmpi.fv.weighting import FederatedValidation
@@ -40,19 +41,21 @@ def aggregators(reference: torch.Tensor):
     adaptive = DPConfig(enabled=True, clip=0.5, noise_multiplier=0.7, seed=5, adaptive=True, count_noise=2.0)
     return {"mean": WeightedMean(), "median": Median(), "trimmed_mean": TrimmedMean(TrimmedMeanOptions(beta=0.2)),
             "krum": Krum(KrumOptions(f=1)), "multikrum": MultiKrum(MultiKrumOptions(f=1, m=3)),
-            "bulyan": Bulyan(BulyanOptions(f=1)), "dp_mean": GaussianMean(dp, reference, count=P),
-            "dp_mean_adaptive": GaussianMean(adaptive, reference, count=P)}
+            "bulyan": Bulyan(BulyanOptions(f=1)), "dp_mean": dp_around_the_mean(dp, reference),
+            "dp_mean_adaptive": dp_around_the_mean(adaptive, reference)}
 
 
-def silo_ctx(device):
-    parties = tuple(SimpleNamespace(leader=1 + i) for i in range(P))
-    return SimpleNamespace(layout=SimpleNamespace(parties=parties), device=torch.device(device),
-                           dtype=torch.float32)
+def dp_around_the_mean(options, reference: torch.Tensor) -> GaussianMechanism:
+    mechanism = GaussianMechanism(WeightedMean(), options, count=P)
+    mechanism.starts_from(reference)
+    return mechanism
 
 
 def silo_round(device, name: str) -> torch.Tensor:
     """One server step's aggregation on the silo exchange's rows (set up as the server sets them up)."""
-    exchange = SiloExchange(silo_ctx(device), up_numel=D, down_numel=D, kept=1)
+    parties = [SimpleNamespace(leader=1 + i) for i in range(P)]
+    exchange = SiloExchange(parties, None, None, up_numel=D, down_numel=D, device=torch.device(device),
+                            dtype=torch.float32, kept=1)
     exchange._buffers[0].rows.copy_(UPLOADS)
     exchange._latest = exchange._buffers[0]
     reference = torch.ones(D, device=device)           # Θ, the server's global payload
@@ -111,14 +114,11 @@ class Wire:
 
 
 def client_exchange(monkeypatch, device, every_upload=True, store=None) -> ClientExchange:
-    monkeypatch.setattr(crossdevice_exchange, "client_group", lambda ctx: None)
     monkeypatch.setattr(crossdevice_exchange.comm, "bcast", lambda *a, **k: None)
-    ctx = SimpleNamespace(layout=SimpleNamespace(trainer_ranks=(1, 2)), device=torch.device(device),
-                          dtype=torch.float32, cfg=SimpleNamespace(run=SimpleNamespace(collective_timeout_s=5.0)),
-                          mpi_fed=None)
     sampler = ClientSampler(population=20, fraction=P / 20, seed=1)
     sizes = np.arange(20) + 3
-    return ClientExchange(ctx, sampler, sizes, up_numel=D, every_upload=every_upload, store=store)
+    return ClientExchange([1, 2], None, Control(None, 5.0), sampler, sizes, up_numel=D, device=torch.device(device),
+                          dtype=torch.float32, every_upload=every_upload, store=store)
 
 
 def crossdevice_round(monkeypatch, device, name: str) -> torch.Tensor:
@@ -144,8 +144,8 @@ def test_user_level_dp_on_the_reduced_payload_keeps_to_the_device(monkeypatch):
         exchange = client_exchange(monkeypatch, device, every_upload=False)
         exchange.payload.copy_(torch.arange(D + 1, dtype=torch.float64) + 1)
         out = torch.empty(D, device=device)
-        ClientGaussianMean(DPConfig(enabled=True, clip=0.5, noise_multiplier=0.7, seed=5), out, count=P)(
-            exchange, None, out)
+        GaussianMechanism(WeightedMean(), DPConfig(enabled=True, clip=0.5, noise_multiplier=0.7, seed=5), count=P,
+                          clip_at_server=False)(exchange, None, out)
         return out
 
     on_cpu = noised("cpu")
@@ -218,8 +218,7 @@ def test_a_candidate_posted_to_a_dedicated_validator_is_legal_for_the_backend(mo
         wire = Wire(mode, backend)
         wire.install(monkeypatch)
         monkeypatch.setattr(validator_client.comm, "mpi_comm", lambda: SimpleNamespace(send=lambda *a, **k: None))
-        ctx = SimpleNamespace(groups=SimpleNamespace(validators=None))
-        endpoint = validator_client.RemoteEndpoint(ctx, 3, ["lfw"])
+        endpoint = validator_client.RemoteEndpoint(3, ["lfw"], group=None)
         endpoint.post(validator_client.Request("score", torch.ones(D, device=DEVICE), ["lfw"]))
     assert wire.calls == [("isend", 3, 0, D)]
 

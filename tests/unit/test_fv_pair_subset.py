@@ -70,7 +70,8 @@ def test_validator_scores_the_subset_only_and_evaluates_every_heldout_pair(tmp_p
     flat = state.read()
     flat[:state.n_trainable] += 0.05 * torch.randn(state.n_trainable)   # a model that tells the pairs apart a little
     state.write(flat)
-    validator = Validator(cfg, ["lfw", "cplfw"], torch.device("cpu"), torch.float32)
+    validator = Validator(cfg, ["lfw", "cplfw"], build_backbone(cfg, torch.device("cpu"), torch.float32),
+                          torch.device("cpu"))
     paths = prepare_validation_data(cfg)
     sets = {n: load_bin(paths[n], 16) for n in ("lfw", "cplfw")}
     reference = Evaluator(sets, fv_folds="first", batch_size=64)

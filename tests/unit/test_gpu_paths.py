@@ -203,7 +203,7 @@ def test_at_most_two_candidates_are_in_flight_to_a_dedicated_validator(monkeypat
     monkeypatch.setattr(validator_client.comm, "mpi_comm", lambda: mpi)
     monkeypatch.setattr(validator_client.p2p, "isend",
                         lambda t, dst, group: sent.append(("backbone", float(t[0]))) or SimpleNamespace(wait=bool))
-    endpoint = validator_client.RemoteEndpoint(SimpleNamespace(groups=SimpleNamespace(validators=None)), 3, ["lfw"])
+    endpoint = validator_client.RemoteEndpoint(3, ["lfw"], group=None)
     requests = [validator_client.Request("score", torch.full((2,), float(t)), ["lfw"]) for t in range(3)]
     for request in requests:
         endpoint.post(request)

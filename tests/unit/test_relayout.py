@@ -20,12 +20,8 @@ from fedmpi.models.class_centres import init_class_centres, shard_bounds
 from fedmpi.models.iresnet import iresnet
 from fedmpi.relayout.shards import merge_parts, reshard, split_part
 from fedmpi.store.manifest import ResumeError
-from fedmpi.store.resume import (
-    check_compatible,
-    check_party_batches,
-    config_changes,
-    run_signature,
-)
+from fedmpi.store.party_batches import check_party_batches
+from fedmpi.store.resume import check_compatible, config_changes, run_signature, saved_config
 
 
 def party_batches(n: int, world: int, batch: int, steps: int, start: int = 0) -> list[list[tuple[int, bool]]]:
@@ -124,7 +120,7 @@ def fake_checkpoint(tmp_path, cfg, layout, old_format: bool = False):
     if old_format:   # what a checkpoint of the earlier format holds: rank counts in the topology, no batches
         manifest["signature"]["topology"] = "1 server + a 2 + b 1"
     else:
-        from fedmpi.relayout.batch import party_batches
+        from fedmpi.layout import party_batches
         manifest["party_batches"] = party_batches(cfg, layout)
     return folder, manifest
 
@@ -136,7 +132,7 @@ def test_a_resume_on_other_rank_counts_with_the_same_batch_per_step_is_accepted(
     cfg = load_config(None, [*TWO_PARTIES, "parties.a.ranks=1", "parties.a.batch_size=16"])
     layout = build_layout(cfg)
     check_compatible(folder, manifest, cfg, layout)
-    assert check_party_batches(folder, manifest, cfg, layout, allowed=False) == {}
+    assert check_party_batches(folder, manifest, saved_config(folder), cfg, layout, allowed=False) == {}
     assert config_changes(folder, cfg) == {}
 
 
@@ -146,12 +142,12 @@ def test_a_changed_batch_per_step_is_refused_in_one_line_naming_the_numbers(tmp_
     cfg = load_config(None, [*TWO_PARTIES, "parties.a.ranks=1"])
     layout = build_layout(cfg)
     with pytest.raises(ResumeError) as refused:
-        check_party_batches(folder, manifest, cfg, layout, allowed=False)
+        check_party_batches(folder, manifest, saved_config(folder), cfg, layout, allowed=False)
     message = str(refused.value)
     assert "\n" not in message
     assert "party a: 2 x 8 = 16 images per step (ranks x batch per rank), this run 1 x 8 = 8" in message
     assert "--allow-config-changes" in message
-    assert check_party_batches(folder, manifest, cfg, layout, allowed=True) == {
+    assert check_party_batches(folder, manifest, saved_config(folder), cfg, layout, allowed=True) == {
         "parties.a.images_per_step": ["2 x 8 = 16", "1 x 8 = 8"]}
 
 

@@ -19,7 +19,8 @@ import torch
 from fedmpi import comm
 from fedmpi.config import load_config
 from fedmpi.crossdevice.roles import run_cross_device
-from fedmpi.core.context import Context, Groups
+from fedmpi.core.build import build_parts
+from fedmpi.core.context import Context, Control, Groups
 from fedmpi.store.checkpoint import ResumePoint, round_folder_name
 from fedmpi.layout import build_layout
 
@@ -57,8 +58,11 @@ def main() -> int:
         if member:
             (out / name).mkdir(parents=True, exist_ok=True)
             dtype = getattr(torch, cfg.run.dtype)
-            ctx = Context(cfg, build_layout(cfg), rank, Groups(None, None, None), sub, torch.device("cpu"), dtype)
-            code = run_cross_device(ctx, out / name, resume)   # ends with a barrier over the whole world
+            cpu = torch.device("cpu")
+            ctx = Context(build_layout(cfg), rank, Groups(None, None, None), Control(sub, cfg.run.collective_timeout_s),
+                          cpu, dtype)
+            # ends with a barrier over the whole world
+            code = run_cross_device(cfg, ctx, build_parts(cfg, cpu, dtype), out / name, resume)
         else:
             comm.new_group(list(range(k + 1)))         # the run's group: every world rank creates it
             comm.barrier(what="closing barrier (every rank)", timeout_s=cfg.run.collective_timeout_s)

@@ -1,0 +1,74 @@
+"""The one place that turns a validated config into the parts a rank runs with, once per rank: the rule with its
+options and server optimizer, the shared model and its flat state, and the server's aggregator (fed.dp's
+Gaussian mechanism around the combination that fed.aggregation or the rule names). `Server`, the trainers, the
+validators and the settings take these parts; config/ only describes and checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from fedmpi.aggregation.aggregators import Aggregator
+from fedmpi.algorithms.base import Algorithm
+from fedmpi.algorithms.registry import rule as rule_class
+from fedmpi.algorithms.server_optim import ServerOptimizer
+from fedmpi.config import Config
+from fedmpi.config.aggregation import aggregation_rule, uploads
+from fedmpi.config.rules import algorithm_options
+from fedmpi.core.state import BackboneState
+from fedmpi.models.backbone import build_shared_model
+
+
+@dataclass
+class RunParts:
+    """What a rank's role is made of."""
+    rule: Algorithm                  # fed.algorithm with fed.options and its server optimizer (fed.server)
+    model: torch.nn.Module           # the shared model f(Θ), initialised identically on every rank
+    state: BackboneState             # its flat state [trainable | frozen | buffers]
+    aggregator: Aggregator           # how the server combines a round's uploads
+    new_model: Callable[[], torch.nn.Module]   # another model of the same kind, to load a Θ into (validators)
+    device: torch.device             # where the model and the round's tensors live
+    dtype: torch.dtype
+
+    @property
+    def every_upload(self) -> bool:
+        """The server's aggregator reads each upload: cross-device trainer ranks then send every client's."""
+        return self.aggregator.needs_uploads
+
+
+def server_optimizer_name(cfg: Config) -> str:
+    """fed.server.optimizer, `auto` being the rule's own."""
+    name = cfg.fed.server.optimizer
+    return rule_class(cfg.fed.algorithm).server_optimizer if name == "auto" else name
+
+
+def build_rule(cfg: Config) -> Algorithm:
+    """The rule the config names, with its options and server optimizer."""
+    s = cfg.fed.server
+    server = ServerOptimizer.build(server_optimizer_name(cfg), s.lr, momentum=s.momentum, nesterov=s.nesterov,
+                                   beta1=s.beta1, beta2=s.beta2, tau=s.tau)
+    return rule_class(cfg.fed.algorithm).from_config(cfg, algorithm_options(cfg), server)
+
+
+def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...] = ()) -> Aggregator:
+    """The rule's own combination or the one fed.aggregation names; with fed.dp, DP-FedAvg's Gaussian mechanism
+    around it (the config refused the combinations whose sensitivity is not that of the mean). `nonnegative`:
+    the slices of the payload the noise must leave >= 0 (the BatchNorm running variances)."""
+    name, cls, options = aggregation_rule(cfg)
+    inner = rule.aggregator() if name == "mean" else cls(options)
+    if not cfg.fed.dp.enabled:
+        return inner
+    from fedmpi.aggregation.dp import GaussianMechanism
+
+    # silo: each party's update clipped at the server; cross-device: each client's on its trainer rank
+    return GaussianMechanism(inner, cfg.fed.dp, uploads(cfg), nonnegative, clip_at_server=not cfg.cross_device)
+
+
+def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:
+    """Every rank's parts, made once at its start from the checked config."""
+    model = build_shared_model(cfg, device, dtype)
+    state = BackboneState(model)
+    rule = build_rule(cfg)
+    return RunParts(rule=rule, model=model, state=state, aggregator=build_aggregator(cfg, rule, state.variances),
+                    new_model=lambda: build_shared_model(cfg, device, dtype), device=device, dtype=dtype)

@@ -1,0 +1,37 @@
+"""A party's data on one of its trainer ranks: the party's training set (its parts concatenated for the
+centralized union) and this rank's batches of the party's stream, resumable at any step."""
+from __future__ import annotations
+
+import torch
+
+from fedmpi.layout import Party, rank_batch
+
+
+def open_party_dataset(party: Party, data_cfg):
+    from fedmpi.data import ConcatFaceDataset, open_training_set
+
+    sets = [open_training_set(spec, data_cfg) for spec in party.specs]
+    return sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
+
+
+def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
+    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
+    from fedmpi.data import ShardBatchSampler
+    from fedmpi.models.heads import check_label_range
+
+    sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), rank_batch(cfg, party.name),
+                                seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
+    workers = cfg.data.loader_workers(device)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
+                                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                                         # workers started from a clean server process, not forked from a rank
+                                         # whose MPI, CUDA and NCCL are running (fork copies their threads' locks)
+                                         multiprocessing_context="forkserver" if workers > 0 and device.type == "cuda"
+                                         else None,
+                                         # its own generator: starting the stream draws nothing from the global
+                                         # torch RNG, which a resumed run has just restored
+                                         generator=torch.Generator().manual_seed(cfg.data.seed))
+    for images, labels in loader:
+        if device.type != "cpu":    # here on the host, not by the classifier on the device (a sync per step)
+            check_label_range(labels, dataset.num_classes)
+        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
