@@ -47,14 +47,69 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
     return Trainer(cfg, ctx, build_parts(cfg, device, torch.float32)), cfg
 
 
+def plain_step(cfg, classes: int, images, labels, device):
+    """One step of what one would write by hand: the same backbone and margin head, torch.optim.SGD, bf16
+    autocast on a GPU."""
+    import torch
+
+    from fedmpi.models import build_classifier
+    from fedmpi.models.iresnet import iresnet
+
+    m = cfg.model
+    torch.manual_seed(cfg.run.seed)
+    net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=images.shape[-1], width=m.width,
+                  dropout=m.dropout).to(device)
+    head = build_classifier(classes, m.embedding_size, kind=m.head, scale=m.scale, margin=cfg.margin,
+                            seed=cfg.run.seed + 1).to(device)
+    opt = torch.optim.SGD([*net.parameters(), *head.parameters()], lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                          weight_decay=cfg.optim.weight_decay)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = head(net(images), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _sync(cuda: bool) -> None:
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def peak_gb(step, cuda: bool) -> float:
+    """GPU memory a loop adds at its peak beyond what was allocated before it (warm-up steps; 0 on CPU)."""
+    import torch
+
+    _sync(cuda)
+    resident = torch.cuda.memory_allocated() if cuda else 0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(5):
+        step()
+    _sync(cuda)
+    return (torch.cuda.max_memory_allocated() - resident) / 1024 ** 3 if cuda else 0.0
+
+
+def rate(step, steps: int, batch: int, cuda: bool) -> float:
+    """Images per second over `steps` steps."""
+    _sync(cuda)
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(cuda)
+    return steps * batch / (time.perf_counter() - t)
+
+
 def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int = 20, repeats: int = 3,
             data_root: Path = Path("/tmp/gpu_check/data"), device: str = "cuda", extra=()) -> dict:
     """{'trainer', 'plain': images/s; 'trainer_peak_gb', 'plain_peak_gb': GPU memory each adds beyond the
     resident models at its peak (0 on CPU)}. `extra`: config overrides (a CPU smoke test shrinks the model)."""
     import torch
-
-    from fedmpi.models import build_classifier
-    from fedmpi.models.iresnet import iresnet
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     device = torch.device(device)
@@ -69,52 +124,11 @@ def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int =
     images = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
     labels = torch.randint(0, classes, (batch,), generator=g).to(device)
     rnd = trainer.local_round(cfg.optim.lr)
-
-    def trainer_step():
-        trainer.step(images, labels, rnd)
-
-    m = cfg.model
-    torch.manual_seed(cfg.run.seed)
-    net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=image_size, width=m.width,
-                  dropout=m.dropout).to(device)
-    head = build_classifier(classes, m.embedding_size, kind=m.head, scale=m.scale, margin=cfg.margin,
-                            seed=cfg.run.seed + 1).to(device)
-    opt = torch.optim.SGD([*net.parameters(), *head.parameters()], lr=cfg.optim.lr, momentum=cfg.optim.momentum,
-                          weight_decay=cfg.optim.weight_decay)
-
-    def plain_step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            loss = head(net(images), labels)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    def peak_gb(step) -> float:
-        """GPU memory the loop adds at its peak beyond what was allocated before it (warm-up steps)."""
-        sync()
-        resident = torch.cuda.memory_allocated() if cuda else 0
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        for _ in range(5):
-            step()
-        sync()
-        return (torch.cuda.max_memory_allocated() - resident) / 1024 ** 3 if cuda else 0.0
-
-    def rate(step) -> float:
-        sync()
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        return steps * batch / (time.perf_counter() - t)
-
-    result = {"trainer_peak_gb": peak_gb(trainer_step), "plain_peak_gb": peak_gb(plain_step)}
+    steps_of = {"trainer": lambda: trainer.step(images, labels, rnd),
+                "plain": plain_step(cfg, classes, images, labels, device)}
+    result = {f"{name}_peak_gb": peak_gb(steps_of[name], cuda) for name in ("trainer", "plain")}
     best = {"trainer": 0.0, "plain": 0.0}
     for _ in range(repeats):
-        best["plain"] = max(best["plain"], rate(plain_step))
-        best["trainer"] = max(best["trainer"], rate(trainer_step))
+        for name in ("plain", "trainer"):
+            best[name] = max(best[name], rate(steps_of[name], steps, batch, cuda))
     return {**result, **best}

@@ -1,18 +1,20 @@
 """Run a module as one MPI rank and record the fedmpi modules its Python calls enter until its first aggregation
 step: `python bench/path_probe.py OUT -m MOD ARGS` (used by bench/startup_path.py, run by path, so it can wrap
-any checkout's `fedmpi.run`). Writes OUT/rank-<R>.json: the module of each function call into fedmpi (a module's body
-run by its import is not a call), consecutive calls inside one module merged, up to and with the first call into the server step (the server) or the first upload
-(a trainer). Only the main thread is followed."""
+any checkout's `fedmpi.run`). Writes OUT/rank-<R>.json: the module of each function call into fedmpi (the body
+of a module or a class, run by an import, is not a call), consecutive calls inside one module merged, up to and
+with the server step's first call (the server's first aggregation) or the first upload (a trainer). Only the
+main thread is followed."""
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import os
 import runpy
 import sys
 from pathlib import Path
 
-SERVER_STEP = "fedmpi.aggregation.server_step"
+SERVER_STEP = ("fedmpi.aggregation.server_step", "__call__")   # the server's first aggregation
 UPLOADS = ("send_local",)                        # a trainer's first upload of round 1
 
 
@@ -33,14 +35,15 @@ class CallPath:
         return name.removesuffix(".__init__")
 
     def __call__(self, frame, event, arg):
-        if event != "call" or self.done or frame.f_code.co_name == "<module>":   # an import runs a module body
+        # a function's code is optimized; the body of a module or a class, which an import runs, is not
+        if event != "call" or self.done or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
             return
         module = self.module_of(frame.f_code.co_filename)
         if module is None:
             return
         if not self.modules or self.modules[-1] != module:
             self.modules.append(module)
-        if module == SERVER_STEP or frame.f_code.co_name in UPLOADS:
+        if (module, frame.f_code.co_name) == SERVER_STEP or frame.f_code.co_name in UPLOADS:
             self.done = True
             sys.setprofile(None)
 

@@ -2,9 +2,11 @@
 the modules import torch, and checking a config must not."""
 from __future__ import annotations
 
+import functools
 import importlib
 
 
+@functools.lru_cache(maxsize=None)      # a config's checks and the builder ask for the same class several times
 def listed_class(entry: str, name: str):
     """The class of a registry entry `module:Class`, imported now; it must declare the `name` it is listed under."""
     module, _, cls = entry.partition(":")

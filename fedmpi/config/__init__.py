@@ -148,7 +148,8 @@ def apply_override(data: dict, item: str) -> None:
 
 def validate(cfg: Config) -> Config:
     """Choices first, then each section's own checks (beside its fields); the first problem is raised. The checks
-    change nothing: the checked config comes back resolved, as a new one (`resolved`)."""
+    change nothing: the checked config comes back as a new one, with what it left empty decided (fed's and log's
+    sections resolved): what every rank runs and the log keeps."""
     def fail(path, msg):
         raise ConfigError(f"{path}: {msg}")
 
@@ -168,18 +169,13 @@ def validate(cfg: Config) -> Config:
         fail("parties", "at least one party is needed")
     for i, party in enumerate(cfg.parties):
         party.validate(cfg, fail, i)
-    for section in (cfg.fed, cfg.optim, cfg.data, cfg.model, cfg.fv, cfg.eval, cfg.checkpoint, cfg.run, cfg.clients,
-                    cfg.log):
+    fed = cfg.fed.validate(cfg, fail)            # resolved: the rule's defaults, the paper's local momentum
+    for section in (cfg.optim, cfg.data, cfg.model, cfg.fv, cfg.eval, cfg.checkpoint, cfg.run, cfg.clients):
         section.validate(cfg, fail)
+    log = cfg.log.validate(cfg, fail)            # resolved: TensorBoard where it is installed
     if math.isnan(cfg.optim.lr):
         fail("optim.lr", "is NaN")
-    return resolved(cfg)
-
-
-def resolved(cfg: Config) -> Config:
-    """A new config with what a checked config leaves empty decided (the rule's defaults, the paper's local
-    momentum, TensorBoard where it is installed): what every rank runs and the log keeps."""
-    return dataclasses.replace(cfg, fed=cfg.fed.resolved(cfg), log=cfg.log.resolved())
+    return dataclasses.replace(cfg, fed=fed, log=log)
 
 
 # ------------------------------------------------------------------ entry point

@@ -115,19 +115,15 @@ def refusal(cfg, rule) -> str:
     return ""
 
 
-def validate_aggregation(cfg, fail) -> None:
-    """fed.aggregation checked against the run: its options, the uploads it combines, FV."""
+def validate_aggregation(cfg, fail) -> dict:
+    """fed.aggregation checked against the run (its options, the uploads it combines, FV); returned resolved, the
+    rule's defaults included, as the log keeps it."""
     name, cls, options = aggregation_rule(cfg)
     if cls.needs_uploads:
         if fv_runs(cfg):
             fail("fed.aggregation.rule", f"{name} with Federated Validation: FV's weights and {name} would each "
                                          f"decide how much a party counts; set fv.enabled=false")
     options.validate(uploads(cfg), fail)
-
-
-def resolved_aggregation(cfg) -> dict:
-    """fed.aggregation with the rule's defaults included, as the log keeps it."""
-    name, _, options = aggregation_rule(cfg)
     return {"rule": name, **dataclasses.asdict(options)}
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
-from fedmpi.config.aggregation import DPConfig, resolved_aggregation, validate_aggregation
+from fedmpi.config.aggregation import DPConfig, validate_aggregation
 from fedmpi.config.rules import algorithm_class, algorithm_options, paper_local_momentum
 
 
@@ -56,7 +56,10 @@ class FedConfig:
     aggregation: dict = field(default_factory=lambda: {"rule": "mean"})  # the combination: rule + its options
     dp: DPConfig = field(default_factory=DPConfig)  # central differential privacy (DP-FedAvg)
 
-    def validate(self, cfg: "Config", fail) -> None:
+    def validate(self, cfg: "Config", fail) -> "FedConfig":
+        """Check the section against the run; returns it resolved, as a new object (this one is left as it is):
+        the paper's local momentum where it is empty, the rule's options and the aggregation rule's with their
+        defaults, as a run reads them and its log keeps them."""
         names = [p.name for p in cfg.parties]
         if self.K <= 0:
             fail("fed.K", f"must be > 0, got {self.K}")
@@ -68,14 +71,9 @@ class FedConfig:
         if self.setting != "solo" and self.solo_party:
             fail("fed.solo_party", f"only used with fed.setting=solo, not {self.setting}")
         self.server.validate(cfg, fail)
-        algorithm_options(cfg).validate(cfg)
-        validate_aggregation(cfg, fail)
+        options = algorithm_options(cfg)
+        options.validate(cfg)
+        aggregation = validate_aggregation(cfg, fail)
         self.dp.validate(cfg, fail)
-
-    def resolved(self, cfg: "Config") -> "FedConfig":
-        """The section as a run reads it and its log keeps it: the paper's local momentum where it is empty, the
-        rule's options and the aggregation rule's with their defaults."""
-        momentum = self.local_momentum if self.local_momentum is not None else paper_local_momentum(cfg)
-        return dataclasses.replace(self, local_momentum=momentum,
-                                   options=dataclasses.asdict(algorithm_options(cfg)),
-                                   aggregation=resolved_aggregation(cfg))
+        return dataclasses.replace(self, local_momentum=momentum, options=dataclasses.asdict(options),
+                                   aggregation=aggregation)

@@ -144,16 +144,15 @@ class LogConfig:
     tensorboard: bool | None = None  # TensorBoard event files beside log.h5 as the run goes; empty: on when the
                                      # tensorboard package is installed (fedmpi/store/tensorboard.py)
 
-    def validate(self, cfg: "Config", fail) -> None:
-        if self.tensorboard and not tensorboard_installed():
+    def validate(self, cfg: "Config", fail) -> "LogConfig":
+        """Check the section; returns it resolved, as a new object: log.tensorboard decided where it is empty."""
+        installed = tensorboard_installed()
+        if self.tensorboard and not installed:
             fail("log.tensorboard", "the tensorboard package is not installed (pip install tensorboard)")
         if self.influence and cfg.cross_device:
             fail("log.influence", "needs every upload; the cross-device clients' uploads are summed on the "
                                   "trainer ranks")
-
-    def resolved(self) -> "LogConfig":
-        """log.tensorboard decided where it is empty."""
-        return self if self.tensorboard is not None else dataclasses.replace(self, tensorboard=tensorboard_installed())
+        return dataclasses.replace(self, tensorboard=installed if self.tensorboard is None else self.tensorboard)
 
 
 def tensorboard_installed() -> bool:

@@ -10,14 +10,14 @@ from typing import Callable
 import torch
 
 from fedmpi.aggregation.aggregators import Aggregator
+from fedmpi.aggregation.registry import aggregator_class
 from fedmpi.algorithms.base import Algorithm
 from fedmpi.algorithms.registry import rule as rule_class
 from fedmpi.algorithms.server_optim import ServerOptimizer
 from fedmpi.config import Config
-from fedmpi.config.aggregation import aggregation_rule, uploads
-from fedmpi.config.rules import algorithm_options
+from fedmpi.config.aggregation import uploads
 from fedmpi.core.state import BackboneState
-from fedmpi.models.backbone import build_shared_model
+from fedmpi.models.backbone import build_backbone, build_client_model
 
 
 @dataclass
@@ -37,26 +37,29 @@ class RunParts:
         return self.aggregator.needs_uploads
 
 
-def server_optimizer_name(cfg: Config) -> str:
-    """fed.server.optimizer, `auto` being the rule's own."""
+def server_optimizer_name(cfg: Config, rule: type[Algorithm] | None = None) -> str:
+    """fed.server.optimizer, `auto` being the rule's own (`rule`: its class, when already at hand)."""
     name = cfg.fed.server.optimizer
-    return rule_class(cfg.fed.algorithm).server_optimizer if name == "auto" else name
+    return (rule or rule_class(cfg.fed.algorithm)).server_optimizer if name == "auto" else name
 
 
 def build_rule(cfg: Config) -> Algorithm:
     """The rule the config names, with its options and server optimizer."""
-    s = cfg.fed.server
-    server = ServerOptimizer.build(server_optimizer_name(cfg), s.lr, momentum=s.momentum, nesterov=s.nesterov,
+    cls, s = rule_class(cfg.fed.algorithm), cfg.fed.server
+    server = ServerOptimizer.build(server_optimizer_name(cfg, cls), s.lr, momentum=s.momentum, nesterov=s.nesterov,
                                    beta1=s.beta1, beta2=s.beta2, tau=s.tau)
-    return rule_class(cfg.fed.algorithm).from_config(cfg, algorithm_options(cfg), server)
+    # the checked config's fed.options holds every field of the rule's Options, typed (config/fed.py)
+    return cls.from_config(cfg, cls.Options(**cfg.fed.options), server)
 
 
 def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...] = ()) -> Aggregator:
     """The rule's own combination or the one fed.aggregation names; with fed.dp, DP-FedAvg's Gaussian mechanism
     around it (the config refused the combinations whose sensitivity is not that of the mean). `nonnegative`:
     the slices of the payload the noise must leave >= 0 (the BatchNorm running variances)."""
-    name, cls, options = aggregation_rule(cfg)
-    inner = rule.aggregator() if name == "mean" else cls(options)
+    options = dict(cfg.fed.aggregation)      # checked and resolved: the rule's name and every option, typed
+    name = options.pop("rule")
+    cls = aggregator_class(name)
+    inner = rule.aggregator() if name == "mean" else cls(cls.Options(**options))
     if not cfg.fed.dp.enabled:
         return inner
     from fedmpi.aggregation.dp import GaussianMechanism
@@ -67,8 +70,9 @@ def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...
 
 def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:
     """Every rank's parts, made once at its start from the checked config."""
-    model = build_shared_model(cfg, device, dtype)
+    shared_model = build_client_model if cfg.cross_device else build_backbone   # the CIFAR CNN or the IResNet
+    model = shared_model(cfg, device, dtype)
     state = BackboneState(model)
     rule = build_rule(cfg)
     return RunParts(rule=rule, model=model, state=state, aggregator=build_aggregator(cfg, rule, state.variances),
-                    new_model=lambda: build_shared_model(cfg, device, dtype), device=device, dtype=dtype)
+                    new_model=lambda: shared_model(cfg, device, dtype), device=device, dtype=dtype)

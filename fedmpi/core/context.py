@@ -38,6 +38,7 @@ class Context:
     device: torch.device
     dtype: torch.dtype
     node_share: object | None = None   # this trainer's party on its node (comm/node_share.py), CPU only
+    shares: bool = False               # the parties' ranks share one copy per node (run.share_node_memory, CPU)
 
     @property
     def role(self) -> str:
@@ -78,7 +79,7 @@ def build_context(cfg, layout: Layout) -> Context:
     control = Control(mpi.Split(0 if in_fed else 1, key=rank), cfg.run.collective_timeout_s)
     node_share = share_for(groups, layout, rank, mpi, shares)
     dtype = torch.float64 if cfg.run.dtype == "float64" else torch.float32
-    return Context(layout, rank, groups, control, comm.device(), dtype, node_share)
+    return Context(layout, rank, groups, control, comm.device(), dtype, node_share, shares)
 
 
 def shares_node_memory(cfg) -> bool:

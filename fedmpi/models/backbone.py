@@ -22,8 +22,3 @@ def build_client_model(cfg, device, dtype) -> torch.nn.Module:
 
     torch.manual_seed(cfg.run.seed)
     return CifarCNN().to(device=device, dtype=dtype)
-
-
-def build_shared_model(cfg, device, dtype) -> torch.nn.Module:
-    """The model a run federates: the CIFAR CNN in the cross-device setting, the IResNet otherwise."""
-    return (build_client_model if cfg.cross_device else build_backbone)(cfg, device, dtype)

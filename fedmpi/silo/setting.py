@@ -8,7 +8,7 @@ import torch
 from fedmpi.comm.node_share import shared_parties
 from fedmpi.config import Config, fv_runs
 from fedmpi.core.build import RunParts
-from fedmpi.core.context import Context, shares_node_memory
+from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.fv import needs_validation_sets
@@ -45,7 +45,7 @@ class SiloSetting:
 
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> SiloExchange:
         ctx = self.ctx
-        shared = shared_parties(ctx.layout, shares_node_memory(self.cfg))
+        shared = shared_parties(ctx.layout, ctx.shares)
         return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared))
 

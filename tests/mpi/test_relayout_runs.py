@@ -3,8 +3,11 @@ shrunk): party ms1m of 2 ranks x 4 images and of 1 rank x 8 read the same images
 depend on its rank count) and normalise them in the same BatchNorm groups (model.bn_batch=4), so a run
 resumed after round 1 on the other layout ends round 4 equal to the uninterrupted one up to the reduction
 order, for PFM + FV (deterministic schedule), FedAvgM, SCAFFOLD and DP-FedAvg (the same noise). float64, so
-that the tolerance (1e-9 relative, max |difference| / max |value| of Θ) tells reduction order from a wrong
-image: these tiny networks (BatchNorm over 4 images of 1x1 maps) amplify float32 rounding by about 100 a round.
+that the tolerance (max |difference| / max |value| of Θ, and of each logged loss) tells reduction order from a
+wrong image (which differs by 1e-2 and more): these tiny networks (BatchNorm over 4 images of 1x1 maps) amplify
+float32 rounding by about 100 a round. 1e-9 for the rules without noise (measured: 2e-13 to 7e-11); DP-FedAvg's
+noise, 0.17 per value on weights of about 0.1, makes the network amplify the rounding further (measured: up to
+1e-9 on the losses after three rounds), so its tolerance is 1e-7.
 
 Three launches hold every run: 1/1/1 (the uninterrupted runs), 2/1/1 (the uninterrupted runs and the resumes
 of the 1/1/1 checkpoints), 1/1/1 (the resumes of the 2/1/1 checkpoints and a resume that changes the party's
@@ -25,6 +28,7 @@ from fedmpi.store.manifest import read_part
 
 SCRIPT = str(ROOT / "tests" / "support" / "mpi_scripts" / "runs_in_one_launch.py")
 ROUNDS, K, TOLERANCE = 4, 2, 1e-9
+NOISY = 1e-7        # DP-FedAvg's tolerance (the module's text says why)
 TWO = [("parties=[{name: ms1m, ranks: 2, data: {style: ms1m, identities: 9, images_per_identity: 4}},"
         " {name: ga, ranks: 1, data: {style: ga, identities: 6, images_per_identity: 4}},"
         " {name: vgg, ranks: 1, data: {style: vgg, identities: 5, images_per_identity: 4}}]")]
@@ -106,11 +110,12 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("rule", list(RULES))
 def test_resumed_on_the_other_layout_follows_the_uninterrupted_run(runs, rule):
-    assert relative(theta(runs, f"two-{rule}"), theta(runs, f"two-one-{rule}")) < TOLERANCE      # 2/1/1 -> 1/1/1
-    assert relative(theta(runs, f"one-{rule}"), theta(runs, f"one-two-{rule}")) < TOLERANCE      # 1/1/1 -> 2/1/1
+    tolerance = NOISY if rule == "dp-fedavg" else TOLERANCE
+    assert relative(theta(runs, f"two-{rule}"), theta(runs, f"two-one-{rule}")) < tolerance      # 2/1/1 -> 1/1/1
+    assert relative(theta(runs, f"one-{rule}"), theta(runs, f"one-two-{rule}")) < tolerance      # 1/1/1 -> 2/1/1
     with LogReader(runs / f"two-{rule}" / "log.h5") as a, LogReader(runs / f"two-one-{rule}" / "log.h5") as b:
         assert torch.allclose(torch.as_tensor(a.table("rounds")["loss"][1:]),
-                              torch.as_tensor(b.table("rounds")["loss"]), rtol=TOLERANCE, atol=0)
+                              torch.as_tensor(b.table("rounds")["loss"]), rtol=tolerance, atol=0)
 
 
 def test_the_party_classifier_and_rule_state_are_resplit_and_carried(runs):
