@@ -27,14 +27,16 @@ LAYERS = {
     "tests": ("fedmpi", "jobs", "tools", "bench"),
 }
 # Inside fedmpi: the neutral core and what it builds on know neither setting (silo parties, cross-device clients)
-# nor FV; the rules and the aggregators know no roles at all.
+# nor FV; the rules and the aggregators know no roles and no config (the config reads their registries to check
+# a run, core/build.py makes them); the config describes and checks, building nothing; the store knows nothing of
+# moving a run between layouts (relayout/ reads and writes checkpoints through it).
 SETTINGS = ("fedmpi.silo", "fedmpi.crossdevice", "fedmpi.fv")
 NOT_IMPORTED_BY = {
     "fedmpi.core": SETTINGS,
-    "fedmpi.aggregation": (*SETTINGS, "fedmpi.core"),
-    "fedmpi.algorithms": (*SETTINGS, "fedmpi.core"),
-    "fedmpi.config": (*SETTINGS, "fedmpi.core"),   # it reads the aggregators' registry as it reads the rules'
-    "fedmpi.store": (*SETTINGS, "fedmpi.core"),
+    "fedmpi.aggregation": (*SETTINGS, "fedmpi.core", "fedmpi.config"),
+    "fedmpi.algorithms": (*SETTINGS, "fedmpi.core", "fedmpi.config"),
+    "fedmpi.config": (*SETTINGS, "fedmpi.core", "fedmpi.models", "fedmpi.data", "fedmpi.store", "fedmpi.comm"),
+    "fedmpi.store": (*SETTINGS, "fedmpi.core", "fedmpi.relayout"),
 }
 # The MPI floor imports nothing of fedmpi but itself and the error classes at the bottom.
 ONLY_IMPORTS = {
