@@ -36,7 +36,6 @@ class SiloSetting:
                            "eval_columns": benchmark_columns(cfg)}
 
     def side_work(self, log) -> SideWork:
-
         cfg, ctx = self.cfg, self.ctx
         pool = (ValidatorPool.build(cfg, ctx.layout.validators, ctx.groups.validators, self.parts)
                 if needs_validation_sets(cfg) else None)
