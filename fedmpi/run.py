@@ -20,6 +20,7 @@ from typing import Callable
 
 from fedmpi.comm import control, nodes
 from fedmpi.comm.node_share import quiet_open_mpi_windows
+from fedmpi.comm.start import start_mpi
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
 from fedmpi.memory.check import check_memory
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signals.install()  # a preemption signal from now on stops the run at a round boundary, with a checkpoint
     quiet_open_mpi_windows()
-    from mpi4py import MPI
+    MPI = start_mpi()   # returns once every rank has left MPI_Init (fedmpi/comm/start.py says why)
 
     mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink
     rank = mpi.Get_rank()

@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     from fedmpi.store.checkpoint import ResumeError
 
     try:
-        from mpi4py import MPI
-        world = MPI.COMM_WORLD
+        from fedmpi.comm.start import start_mpi
+        world = start_mpi().COMM_WORLD
     except ImportError:
         world = None
     if world is not None and world.Get_size() > 1:

@@ -364,6 +364,19 @@ def wait_for_round(out, round_: int) -> None:
         time.sleep(0.2)
 
 
+def test_the_fence_after_mpi_init_holds_the_ranks_of_every_node_under_srun(slurm):
+    """Slurm's PMIx plugin answers a fence that collects no data at once (Open MPI's last fence in MPI_Init is one),
+    so a rank could leave MPI_Init and message one still inside it on another node, which Open MPI 5 crashes with
+    SIGSEGV. fedmpi's fence after MPI_Init (fedmpi/comm/start.py) holds rank 2 on n2 until rank 0 on n1 came."""
+    from test_mpi_start import SCRIPT, SLEEP_S, assert_held_until_rank_0_came
+
+    out = slurm.run(["srun", "--mpi=pmix", "--nodes=2", "--ntasks=3", "--nodelist=n1,n2", "--distribution=block",
+                     sys.executable, str(node_bed.ROOT / SCRIPT), str(SLEEP_S)], check=False, timeout=120,
+                    env={"OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_held_until_rank_0_came(out.stdout, 3)
+
+
 def test_3party_script_on_three_nodes_is_preempted_and_resumes_each_party_on_its_nodes(bed, ws, reference, slurm):
     """`slurm/fedface_3party.sh` sizes itself (2 ranks per node: 3 nodes) and places MS1M on the first node, GA +
     VGG on the second, the server on the third. USR1 to the batch shell (what `--signal=B:USR1@300` sends before
