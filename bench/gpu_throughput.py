@@ -2,8 +2,9 @@
 bench/gpu_check.py; needs CUDA).
 
 The trainer is fedmpi's own (silo/trainer.Trainer, built for the first rank of a one-rank party in a one-rank
-NCCL world: its setup broadcast is then a no-op); its step is `Trainer.step` (bf16 autocast, backward, the rule's
-backbone step, the classifier's momentum SGD). The plain loop: the same backbone and margin head, autocast,
+NCCL world, where no server sends it a model: `start_trainer` writes in the starting model the plain loop also
+starts from); its step is `Trainer.step` (bf16 autocast, backward, the rule's backbone step, the classifier's
+momentum SGD). The plain loop: the same backbone, from the same weights, and margin head, autocast,
 backward, torch.optim.SGD (momentum, weight decay), zero_grad. Both see one batch of random images kept on the
 GPU, so data loading is left out; each is timed over `steps` steps between two synchronisations, `repeats` times
 alternating with the other, best of each.
@@ -44,21 +45,43 @@ def build_trainer(backbone: str, batch: int, image_size: int, data_root: Path, d
     party = layout.parties[0]
     ctx = Context(layout, party.leader, Groups(party=None, leaders=None, validators=None), Control(None, 60.0),
                   device, torch.float32)
-    return Trainer(cfg, ctx, build_parts(cfg, device, torch.float32)), cfg
+    trainer = Trainer(cfg, ctx, build_parts(cfg, device, torch.float32))
+    start_trainer(trainer, cfg, image_size)
+    return trainer, cfg
 
 
-def plain_step(cfg, classes: int, images, labels, device):
-    """One step of what one would write by hand: the same backbone and margin head, torch.optim.SGD, bf16
-    autocast on a GPU."""
+def starting_backbone(cfg, input_size: int, device):
+    """The IResNet both loops start from, seeded with run.seed."""
     import torch
 
-    from fedmpi.models import build_classifier
     from fedmpi.models.iresnet import iresnet
 
     m = cfg.model
     torch.manual_seed(cfg.run.seed)
-    net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=images.shape[-1], width=m.width,
-                  dropout=m.dropout).to(device)
+    return iresnet(m.backbone, embedding_size=m.embedding_size, input_size=input_size, width=m.width,
+                   dropout=m.dropout).to(device)
+
+
+def start_trainer(trainer, cfg, input_size: int) -> None:
+    """The trainer's model becomes starting_backbone, as a run's first global model reaches it (written into the
+    received payload, then taken). Before that its backbone is the empty payload's zeros, and all-zero
+    activations make BatchNorm's statistics kernel slower than a real model's do (13.1 against 10.1 ms a step for
+    IR-50 on an H200, bench/gpu_step_profile.py): a cost of the weights, not of the trainer's step."""
+    from fedmpi.core.state import BackboneState
+
+    trainer.down.theta.copy_(BackboneState(starting_backbone(cfg, input_size, trainer.device)).read())
+    trainer.take_global()
+
+
+def plain_step(cfg, classes: int, images, labels, device):
+    """One step of what one would write by hand: the same backbone (the same starting weights as the trainer's,
+    start_trainer) and margin head, torch.optim.SGD, bf16 autocast on a GPU."""
+    import torch
+
+    from fedmpi.models import build_classifier
+
+    m = cfg.model
+    net = starting_backbone(cfg, images.shape[-1], device)
     head = build_classifier(classes, m.embedding_size, kind=m.head, scale=m.scale, margin=cfg.margin,
                             seed=cfg.run.seed + 1).to(device)
     opt = torch.optim.SGD([*net.parameters(), *head.parameters()], lr=cfg.optim.lr, momentum=cfg.optim.momentum,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-from fedmpi.algorithms.base import Algorithm, add_weight_decay
+from fedmpi.algorithms.base import Algorithm, add_weight_decay, views
 
 
 class PFM(Algorithm):
@@ -40,14 +40,15 @@ class PFM(Algorithm):
         import torch
 
         add_weight_decay(grads, params, self.weight_decay)
-        M = state["global_momentum"]
-        if self.beta:  # eq. 3
-            offset = 0
-            for g in grads:
-                n = g.numel()
-                g.add_(M[offset:offset + n].view_as(g), alpha=self.beta / rnd.K)
-                offset += n
+        if self.beta:  # eq. 3, in one multi-tensor kernel over M's parameter-shaped views
+            torch._foreach_add_(grads, self._momentum_views(state["global_momentum"], grads), alpha=self.beta / rnd.K)
         torch._foreach_add_(params, grads, alpha=-rnd.lr)
+
+    def _momentum_views(self, M, like):
+        """M's views shaped like the parameters, made once per M (M keeps its memory from step to step)."""
+        if getattr(self, "_views_of", None) is not M:
+            self._views_of, self._views = M, views(M, like)
+        return self._views
 
     def on_global(self, previous, new, lr, state):
         # eq. 6: M_r = beta*M_{r-1} + G_r = (Theta_{r-1} - Theta_r) / eta_r

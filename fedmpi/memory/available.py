@@ -86,9 +86,14 @@ def torch_build() -> str:
     return "cuda" if any(lib.glob("libtorch_cuda*")) or any(lib.glob("libc10_cuda*")) else "cpu"
 
 
-def gpu_present() -> bool:
-    """Whether this node shows an NVIDIA GPU (without importing torch)."""
-    return Path("/dev/nvidiactl").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+def gpu_present(dev: Path = Path("/dev")) -> bool:
+    """Whether this rank can see an NVIDIA GPU (without importing torch): the node has one and CUDA_VISIBLE_DEVICES
+    does not hide them all (empty, or a first entry CUDA cannot take, such as -1: CUDA then shows no device, and
+    torch.cuda.is_available() is False)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip().startswith("-")):
+        return False
+    return (dev / "nvidiactl").exists() or any(dev.glob("nvidia[0-9]*"))
 
 
 def own_gpu_free(local_rank: int) -> tuple[int, int, int]:
@@ -97,5 +102,9 @@ def own_gpu_free(local_rank: int) -> tuple[int, int, int]:
     import torch
 
     count = torch.cuda.device_count()
+    if count == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError("run.device=cuda, but this rank sees no GPU"
+                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""))
     index = local_rank % count
     return count, index, int(torch.cuda.mem_get_info(index)[0])

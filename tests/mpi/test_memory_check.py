@@ -189,3 +189,22 @@ def test_under_mpirun_a_layout_that_cannot_fit_is_refused_in_one_line_before_tor
                  timeout=120, env=env)
     assert out.returncode != 0 and "run.memory_check" not in out.stderr
     assert "log.name: " in out.stderr and "already exists" in out.stderr, out.stderr
+
+
+def test_gpus_hidden_by_cuda_visible_devices_are_not_planned_for(tmp_path, monkeypatch):
+    """A GPU node whose ranks are told CUDA_VISIBLE_DEVICES="" (or -1) runs on the CPU (torch sees no device): the
+    memory check plans for the CPU too, and a rank asked for cuda that sees no GPU says so in one line."""
+    (tmp_path / "nvidiactl").touch()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert avail.gpu_present(tmp_path)
+    for hidden in ("", " ", "-1", "-1,0"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not avail.gpu_present(tmp_path), hidden
+    for shown in ("0", "1,0", "GPU-4fccf6e1-3873-3aaa-1ca9-d02b12b34432"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", shown)
+        assert avail.gpu_present(tmp_path), shown
+    assert not avail.gpu_present(tmp_path / "no-such-dev")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    with pytest.raises(RuntimeError, match=r"^run\.device=cuda, but this rank sees no GPU \(CUDA_VISIBLE_DEVICES=''\)$"):
+        avail.own_gpu_free(0)
