@@ -34,7 +34,7 @@ def kernel_times(step, steps: int) -> dict[str, tuple[float, float]]:
 def main(argv=None) -> int:
     import torch
 
-    from bench.gpu_throughput import build_trainer, plain_step
+    from bench.gpu_throughput import both_steps
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backbone", default="ir50")
@@ -46,17 +46,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("gpu_step_profile: torch sees no CUDA device")
         return 1
-    from bench.gpu_throughput import _one_rank_world
-
-    device = torch.device("cuda", torch.cuda.current_device())
-    _one_rank_world(device)
-    trainer, cfg = build_trainer(args.backbone, args.batch, 112, args.data_root, device)
-    classes = trainer.dataset.num_classes
-    images = torch.randn(args.batch, 3, 112, 112, device=device)
-    labels = torch.randint(0, classes, (args.batch,), device=device)
-    rnd = trainer.local_round(cfg.optim.lr)
-    sides = {"trainer": kernel_times(lambda: trainer.step(images, labels, rnd), args.steps),
-             "plain": kernel_times(plain_step(cfg, classes, images, labels, device), args.steps)}
+    steps_of = both_steps(args.backbone, args.batch, 112, args.data_root)
+    sides = {name: kernel_times(step, args.steps) for name, step in steps_of.items()}
     for name, times in sides.items():
         print(f"{name}: {sum(ms for ms, _ in times.values()):.2f} ms of CUDA time a step, "
               f"{sum(calls for _, calls in times.values()):.0f} kernels and copies a step")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 
-def _one_rank_world(device) -> None:
+def one_rank_world(device) -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -128,27 +128,34 @@ def rate(step, steps: int, batch: int, cuda: bool) -> float:
     return steps * batch / (time.perf_counter() - t)
 
 
-def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int = 20, repeats: int = 3,
-            data_root: Path = Path("/tmp/gpu_check/data"), device: str = "cuda", extra=()) -> dict:
-    """{'trainer', 'plain': images/s; 'trainer_peak_gb', 'plain_peak_gb': GPU memory each adds beyond the
-    resident models at its peak (0 on CPU)}. `extra`: config overrides (a CPU smoke test shrinks the model)."""
+def both_steps(backbone: str, batch: int, image_size: int, data_root: Path, device: str = "cuda",
+               extra=()) -> dict:
+    """{'trainer', 'plain': one step of each} on the same batch of random images kept on `device`, both from the
+    same starting model (start_trainer); the one-rank world set up first."""
     import torch
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     device = torch.device(device)
-    cuda = device.type == "cuda"
-    if cuda:
+    if device.type == "cuda":
         torch.cuda.set_device(device.index or 0)
         device = torch.device("cuda", torch.cuda.current_device())
-    _one_rank_world(device)
+    one_rank_world(device)
     trainer, cfg = build_trainer(backbone, batch, image_size, data_root, device, extra)
     classes = trainer.dataset.num_classes
     g = torch.Generator(device="cpu").manual_seed(0)
     images = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
     labels = torch.randint(0, classes, (batch,), generator=g).to(device)
     rnd = trainer.local_round(cfg.optim.lr)
-    steps_of = {"trainer": lambda: trainer.step(images, labels, rnd),
-                "plain": plain_step(cfg, classes, images, labels, device)}
+    return {"trainer": lambda: trainer.step(images, labels, rnd),
+            "plain": plain_step(cfg, classes, images, labels, device)}
+
+
+def compare(backbone: str, batch: int = 128, image_size: int = 112, steps: int = 20, repeats: int = 3,
+            data_root: Path = Path("/tmp/gpu_check/data"), device: str = "cuda", extra=()) -> dict:
+    """{'trainer', 'plain': images/s; 'trainer_peak_gb', 'plain_peak_gb': GPU memory each adds beyond the
+    resident models at its peak (0 on CPU)}. `extra`: config overrides (a CPU smoke test shrinks the model)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    steps_of = both_steps(backbone, batch, image_size, data_root, device, extra)
+    cuda = device.startswith("cuda")
     result = {f"{name}_peak_gb": peak_gb(steps_of[name], cuda) for name in ("trainer", "plain")}
     best = {"trainer": 0.0, "plain": 0.0}
     for _ in range(repeats):

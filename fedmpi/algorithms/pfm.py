@@ -25,6 +25,7 @@ class PFM(Algorithm):
     def __init__(self, options=None, *, momentum: float = 0.9, **kw):
         super().__init__(options, **kw)
         self.beta = momentum
+        self._views_of, self._views = None, []   # M and its parameter-shaped views (_momentum_views)
 
     @classmethod
     def from_config(cls, cfg, options, server):
@@ -46,7 +47,7 @@ class PFM(Algorithm):
 
     def _momentum_views(self, M, like):
         """M's views shaped like the parameters, made once per M (M keeps its memory from step to step)."""
-        if getattr(self, "_views_of", None) is not M:
+        if self._views_of is not M:
             self._views_of, self._views = M, views(M, like)
         return self._views
 

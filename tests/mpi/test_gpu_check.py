@@ -107,8 +107,8 @@ def test_the_trainer_and_the_plain_loop_time_the_same_starting_model(tmp_path):
     """The trainer starts from the weights the plain loop starts from, as a run's first global model reaches it:
     timed on the empty payload's zeros instead, its BatchNorm ran slower on all-zero activations (an H200 said
     0.95x for the weights alone)."""
-    script = ("import sys, torch; from bench.gpu_throughput import _one_rank_world, build_trainer, starting_backbone\n"
-              "_one_rank_world(torch.device('cpu'))\n"
+    script = ("import sys, torch; from bench.gpu_throughput import build_trainer, one_rank_world, starting_backbone\n"
+              "one_rank_world(torch.device('cpu'))\n"
               "t, cfg = build_trainer('ir18', 4, 32, sys.argv[1], torch.device('cpu'), ['model.width=0.125', "
               "'model.embedding_size=16', 'parties.ms1m.data.identities=20'])\n"
               "net = starting_backbone(cfg, 32, torch.device('cpu'))\n"
