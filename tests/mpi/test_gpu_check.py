@@ -105,8 +105,8 @@ def test_trainer_and_plain_loop_run_on_cpu(tmp_path):
 
 def test_the_trainer_and_the_plain_loop_time_the_same_starting_model(tmp_path):
     """The trainer starts from the weights the plain loop starts from, as a run's first global model reaches it:
-    timed on the empty payload's zeros instead, its BatchNorm ran slower on all-zero activations (an H200 said
-    0.95x for the weights alone)."""
+    the empty payload's zeros would make its BatchNorm slower on all-zero activations (0.95x on an H200, the
+    weights alone), a difference that is none of the step's."""
     script = ("import sys, torch; from bench.gpu_throughput import build_trainer, one_rank_world, starting_backbone\n"
               "one_rank_world(torch.device('cpu'))\n"
               "t, cfg = build_trainer('ir18', 4, 32, sys.argv[1], torch.device('cpu'), ['model.width=0.125', "
