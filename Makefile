@@ -60,8 +60,8 @@ TEST_WORKERS ?= 3
 test: $(TEST_STAMP) bytecode
 	$(PY) -m pytest tests -q -ra -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The GPU path in one command of at most 8 minutes (bench/gpu_check.py, docs/GPU.md): trainer vs plain-PyTorch
-# throughput, the sharded classifier on CUDA, DP + fp16 + the sharded classifier, the cross-device exchange with
+# The GPU path in one command of at most 8 minutes (bench/gpu_check.py, docs/GPU.md): the speed table (the trainer
+# by default and option by option against a plain PyTorch loop, IR-50 and IR-100), the sharded classifier on CUDA, DP + fp16 + the sharded classifier, the cross-device exchange with
 # SCAFFOLD and Krum, dedicated FV resumed bitwise, the startup and FV benchmarks on the cores. Without a GPU it
 # says why the GPU parts are skipped and runs the rest on the CPU, scaled down.
 gpu-check: $(STAMP) bytecode

@@ -93,6 +93,7 @@ def plain_step(cfg, classes: int, images, labels, device):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss.detach()
 
     return step
 

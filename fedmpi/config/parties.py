@@ -4,8 +4,11 @@ of one), an attack for the robustness studies, and the validation sets every par
 conventions are those of sections.py."""
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
+
+DECODERS = ("cpu", "gpu")
 
 
 @dataclass
@@ -99,6 +102,8 @@ class DataConfig:
     root: str = "data"               # synthetic sets are generated here
     image_size: int = 112
     workers: int | None = None       # DataLoader workers per trainer rank; empty: 2 on a GPU, 0 on CPU
+    decoder: str = "cpu"             # cpu | gpu: where a trainer's JPEGs are decoded: Pillow in its DataLoader
+                                     # workers, or nvJPEG (TorchCodec) on its GPU, the workers only reading
     seed: int = 0
     skip_bad: bool = False
     val_sets: list[str] = field(default_factory=lambda: ["lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"])
@@ -114,7 +119,18 @@ class DataConfig:
             return self.workers
         return 2 if getattr(device, "type", device) == "cuda" else 0
 
+    def decodes_on(self, device) -> bool:
+        """Whether a trainer rank on `device` decodes its batches there (data/device_decode.py) rather than in its
+        DataLoader workers."""
+        return self.decoder == "gpu" and getattr(device, "type", device) == "cuda"
+
     def validate(self, cfg: "Config", fail) -> None:
+        if self.decoder not in DECODERS:
+            fail("data.decoder", f"must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
+        if self.decoder == "gpu" and cfg.run.device == "cpu":
+            fail("data.decoder", "gpu decodes on the rank's GPU, but run.device is cpu")
+        if self.decoder == "gpu" and importlib.util.find_spec("torchcodec") is None:
+            fail("data.decoder", "gpu decodes with TorchCodec, which is not installed (pip install torchcodec)")
         if not self.image_size > 0:
             fail("data.image_size", f"must be > 0, got {self.image_size}")
         if self.image_size % 16:

@@ -47,11 +47,18 @@ class OptimConfig:
     milestones: list[int] = field(default_factory=lambda: [10, 18, 24])  # epochs; lr x gamma at each
     gamma: float = 0.1
     amp: str = "none"                # none | bf16 | fp16 (GPU runs)
+    amp_batchnorm: str = "amp"       # amp | fp32: BatchNorm in autocast's dtype, or in float32 (cuDNN's kernels,
+                                     # which take no bfloat16 input)
+    fused: bool | None = None        # the classifier's momentum SGD as one fused kernel; empty: on with CUDA
 
     def validate(self, cfg: "Config", fail) -> None:
         for key in ("lr", "batch_size", "epochs", "steps_per_epoch"):
             if not getattr(self, key) > 0:
                 fail(f"optim.{key}", f"must be > 0, got {getattr(self, key)}")
+        if self.amp_batchnorm not in ("amp", "fp32"):
+            fail("optim.amp_batchnorm", f"must be amp or fp32, got {self.amp_batchnorm!r}")
+        if self.amp_batchnorm == "fp32" and self.amp == "none":
+            fail("optim.amp_batchnorm", "fp32 keeps BatchNorm out of autocast, but optim.amp is none (no autocast)")
         if not 0 <= self.momentum < 1:
             fail("optim.momentum", f"must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
@@ -183,8 +190,28 @@ class RunConfig:
     share_node_memory: bool = True   # CPU: a party's ranks on a node hold one copy of Θ and PFM's M (MPI-3 memory)
     memory_check: bool = True        # refuse at launch, in one line, a layout whose estimated peak does not fit its
                                      # nodes' (GPUs') memory, naming the override that fits (fedmpi/memory)
+    # the silo trainer's step on a GPU (fedmpi/models/speed.py, docs/GPU.md: what each measured)
+    channels_last: bool | None = None  # NHWC weights and activations; empty: on with CUDA
+    compile: str = "off"             # off | default | max-autotune: torch.compile of the backbone (and the head of a
+                                     # one-rank party)
+    compile_cache: str = ""          # TorchInductor's cache; empty: <run folder>/compile_cache (a requeue reuses it)
+    cuda_graphs: bool = False        # the step's GPU work replayed as CUDA graphs (one batch shape; CUDA only)
+    ddp_bucket_mb: float = 25.0      # a multi-GPU party's gradient buckets (DistributedDataParallel's bucket_cap_mb)
+    ddp_compression: str = "none"    # none | fp16 | bf16: a multi-rank party's gradient all-reduce in 16 bits
 
     def validate(self, cfg: "Config", fail) -> None:
         if not self.collective_timeout_s >= 10:
             fail("run.collective_timeout_s", f"must be >= 10 s (a collective that times out aborts the run), "
                                              f"got {self.collective_timeout_s}")
+        for key, choices in (("compile", ("off", "default", "max-autotune")), ("ddp_compression", ("none", "fp16", "bf16"))):
+            if getattr(self, key) not in choices:
+                fail(f"run.{key}", f"must be one of {', '.join(choices)}, got {getattr(self, key)!r}")
+        if not self.ddp_bucket_mb > 0:
+            fail("run.ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
+        if self.cuda_graphs and self.device == "cpu":
+            fail("run.cuda_graphs", "CUDA graphs need a GPU, but run.device is cpu")
+        if cfg.clients.population > 0:
+            for key, off in (("compile", "off"), ("channels_last", None), ("cuda_graphs", False)):
+                if getattr(self, key) != off:
+                    fail(f"run.{key}", f"applies to the silo parties' trainer; the cross-device clients' step "
+                                       f"(clients.population > 0) takes run.{key}={'' if off is None else str(off).lower()}")

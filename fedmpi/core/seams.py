@@ -19,6 +19,7 @@ class RoundStats:
     images: np.ndarray        # [P] images trained
     seconds: np.ndarray       # [P] the slowest rank's seconds of local training
     bad_records: np.ndarray   # [P] records skipped (data.skip_bad), int64
+    first_step_s: np.ndarray | None = None   # [P] the slowest rank's first step where it compiled, else None
 
 
 def round_statistics(r: int) -> str:

@@ -118,6 +118,8 @@ class Server:
         if self.influence:
             self.log.append("influence", **self.influence.last)
         self.progress.line(r, stats.loss, images / round_time, wall_time, note=note)
+        if stats.first_step_s is not None:
+            self.log.record_first_steps(r, dict(zip(self.parties, stats.first_step_s.tolist())))
         bad = dict(zip(self.parties, stats.bad_records.tolist()))
         if stats.bad_records.any() and bad != self.bad_records:
             self.bad_records = bad

@@ -12,7 +12,7 @@ import torch
 
 from .errors import DataError
 from .faces_emore import read_layout
-from .images import decode, normalize, resize
+from .images import Encoded, normalize, resize
 from .partition import partition_hash, split_by_identity
 from .recordio import RecordReader
 
@@ -21,7 +21,8 @@ _COUNTER_SLOTS = 64
 
 
 class FaceDataset(torch.utils.data.Dataset):
-    """Base: subclasses set `labels` (int64, 0..num_classes-1) and implement `load(i) -> uint8 [3,H,W]`.
+    """Base: subclasses set `labels` (int64, 0..num_classes-1) and implement `read(i) -> Encoded` (the item's
+    image file as stored, its checks done); `load(i)` decodes it to uint8 [3,H,W].
 
     Indexing takes `i` or `(i, flip)`. With skip_bad, a record that fails to read is counted in
     `bad_records` (shared with DataLoader workers) and the next readable item is returned in its place.
@@ -39,30 +40,37 @@ class FaceDataset(torch.utils.data.Dataset):
         self._read_bad = multiprocessing.RawArray("q", _COUNTER_SLOTS)
         self._warned = False
 
-    def load(self, i: int) -> torch.Tensor:
+    def read(self, i: int) -> Encoded:
         raise NotImplementedError
+
+    def load(self, i: int) -> torch.Tensor:
+        return self.read(i).decode()
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index):
         i, flip = index if isinstance(index, tuple) else (index, False)
+        j, image = self.first_readable(i, self.load)
+        return normalize(resize(image, self.image_size), bool(flip)), int(self.labels[j])
+
+    def first_readable(self, i, get):
+        """(j, get(j)) for the first item j = i, i+1, ... (cyclically) that `get` reads without a DataError; each
+        one skipped counted (skip_bad), or the error raised (without)."""
         i = int(i)
         if not 0 <= i < len(self):
             raise IndexError(f"index {i} out of range for {len(self)} images")
         for attempt in range(len(self)):
             j = (i + attempt) % len(self)
             try:
-                image = self.load(j)
+                return j, get(j)
             except DataError as e:
                 if not self.skip_bad:
                     raise
-                self._count_bad(e)
-                continue
-            return normalize(resize(image, self.image_size), bool(flip)), int(self.labels[j])
+                self.count_bad(e)
         raise DataError(self.describe().get("path", "?"), "no readable image left (all records bad)")
 
-    def _count_bad(self, error: DataError) -> None:
+    def count_bad(self, error: DataError) -> None:
         if self._read_bad is not None:
             worker = torch.utils.data.get_worker_info()
             self._read_bad[0 if worker is None else 1 + worker.id % (_COUNTER_SLOTS - 1)] += 1
@@ -116,7 +124,7 @@ class RecFaceDataset(FaceDataset):
         super().__init__(self.source_labels - self.identities[0], len(self.identities), image_size, skip_bad,
                          open_bad=dropped)
 
-    def load(self, i: int) -> torch.Tensor:
+    def read(self, i: int) -> Encoded:
         key = int(self.keys[i])
         header, payload = self.reader.read_ir(key)
         label = float(header.label if header.flag == 0 else header.label[0])
@@ -126,7 +134,7 @@ class RecFaceDataset(FaceDataset):
         if int(label) != self.source_labels[i]:
             raise DataError(self.reader.rec_path, f"label {int(label)} but the record lies in identity "
                                                   f"{self.source_labels[i]}'s range", key)
-        return decode(payload, self.reader.rec_path, key)
+        return Encoded(payload, self.reader.rec_path, key)
 
     def members(self) -> list[np.ndarray]:
         return [self.keys, self.source_labels]
@@ -162,9 +170,9 @@ class FolderFaceDataset(FaceDataset):
         self.identity_names = [names[k] for k in self.identities]
         super().__init__(np.array(labels), len(self.identities), image_size, skip_bad)
 
-    def load(self, i: int) -> torch.Tensor:
+    def read(self, i: int) -> Encoded:
         path = self.files[i]
-        return decode(path.read_bytes(), path)
+        return Encoded(path.read_bytes(), path)
 
     def members(self) -> list[np.ndarray]:
         return [self.identities, self.labels]
@@ -187,8 +195,8 @@ class FaceSubset(FaceDataset):
         self.base_classes = classes
         super().__init__(labels, len(classes), base.image_size, base.skip_bad)
 
-    def load(self, i: int) -> torch.Tensor:
-        return self.base.load(int(self.indices[i]))
+    def read(self, i: int) -> Encoded:
+        return self.base.read(int(self.indices[i]))
 
     def members(self) -> list[np.ndarray]:
         return [*self.base.members(), self.indices]
@@ -216,10 +224,10 @@ class ConcatFaceDataset(FaceDataset):
         super().__init__(labels, int(self.class_offsets[-1]), sizes.pop(), all(d.skip_bad for d in self.datasets),
                          open_bad=sum(d.open_bad for d in self.datasets))
 
-    def load(self, i: int) -> torch.Tensor:
+    def read(self, i: int) -> Encoded:
         part = int(np.searchsorted(self.ends, i, side="right"))
         start = 0 if part == 0 else int(self.ends[part - 1])
-        return self.datasets[part].load(i - start)
+        return self.datasets[part].read(i - start)
 
     def members(self) -> list[np.ndarray]:
         return [m for d in self.datasets for m in d.members()]

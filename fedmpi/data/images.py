@@ -7,6 +7,7 @@ and 190 MB per rank: it pulls in torch._dynamo), so the data path needs torch an
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,6 +33,24 @@ def decode(data, path, record=None) -> torch.Tensor:
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(path, f"cannot decode image ({len(data)} bytes): {e}", record) from None
     return torch.from_numpy(pixels)
+
+
+JPEG_MAGIC = b"\xff\xd8"
+
+
+@dataclass
+class Encoded:
+    """An image file as stored (JPEG or PNG bytes) and where it came from, for error messages."""
+    data: bytes
+    path: object
+    record: int | None = None
+
+    @property
+    def is_jpeg(self) -> bool:
+        return bytes(self.data[:2]) == JPEG_MAGIC
+
+    def decode(self) -> torch.Tensor:
+        return decode(self.data, self.path, self.record)
 
 
 def resize(image: torch.Tensor, size: int) -> torch.Tensor:

@@ -15,13 +15,17 @@ FIXED = {"dampening": 0, "nesterov": False, "maximize": False, "foreach": None, 
 
 
 class MomentumSGD:
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+    """`fused`: the whole step as torch's one fused SGD kernel (torch.optim.SGD(fused=True)'s), the same
+    arithmetic in one pass over the parameters instead of three foreach passes; equal within rounding."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = False):
         params = list(params)
         if not params:
             raise ValueError("MomentumSGD: no parameters to optimise")
         self.param_groups = [{"params": params, "lr": lr, "momentum": momentum, "weight_decay": weight_decay,
                               **FIXED}]
         self.momentum_buffers: list[torch.Tensor | None] = [None] * len(params)
+        self.fused = fused
 
     @torch.no_grad()
     def step(self) -> None:
@@ -32,6 +36,8 @@ class MomentumSGD:
             return
         params = [group["params"][i] for i in live]
         grads = [p.grad for p in params]
+        if self.fused and self._fused_step(live, params, grads, group):
+            return
         if weight_decay != 0:
             grads = torch._foreach_add(grads, params, alpha=weight_decay)
         if momentum != 0:
@@ -47,6 +53,22 @@ class MomentumSGD:
                         buffers[k].mul_(momentum).add_(g, alpha=1)
             grads = buffers
         torch._foreach_add_(params, grads, alpha=-group["lr"])
+
+    def _fused_step(self, live, params, grads, group) -> bool:
+        """One fused kernel (buffer = grad + wd p on the first step, momentum buffer + grad + wd p after it;
+        p -= lr buffer); False where the parameters' buffers are in mixed states (some stepped, some not)."""
+        momentum = group["momentum"]
+        buffers = [self.momentum_buffers[i] for i in live] if momentum != 0 else []
+        first = bool(buffers) and buffers[0] is None
+        if any((b is None) != first for b in buffers):
+            return False
+        if first:
+            buffers = [torch.empty_like(p) for p in params]
+            for i, b in zip(live, buffers):
+                self.momentum_buffers[i] = b
+        torch._fused_sgd_(params, grads, buffers, weight_decay=group["weight_decay"], momentum=momentum,
+                          lr=group["lr"], dampening=0.0, nesterov=False, maximize=False, is_first_step=first)
+        return True
 
     def state_dict(self) -> dict:
         """torch.optim.SGD's layout: parameters by index, a momentum buffer for each one stepped so far."""

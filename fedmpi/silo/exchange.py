@@ -83,14 +83,17 @@ class SiloExchange:
         P = len(self._leaders)
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
         bad = np.zeros(P, dtype=np.int64)
+        first_step = np.zeros(P)
         for s in (s for s in stats if s is not None):
             i = s["party"]
             bad[i] += s["bad_records"]
+            first_step[i] = max(first_step[i], s.get("first_step_s") or 0.0)
             loss[i] += s["loss"]
             images[i] += s["images"]
             seconds[i] = max(seconds[i], s["seconds"])
             count[i] += 1
-        return RoundStats(loss / np.maximum(count, 1), images, seconds, bad)
+        return RoundStats(loss / np.maximum(count, 1), images, seconds, bad,
+                          first_step if first_step.any() else None)
 
     def state_dict(self) -> dict:
         """Nothing to keep: the buffers are refilled every round."""

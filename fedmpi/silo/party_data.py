@@ -15,15 +15,24 @@ def open_party_dataset(party: Party, data_cfg):
 
 
 def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
-    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers)."""
+    """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers),
+    decoding in its workers (data.decoder=cpu) or on the rank's GPU (gpu: the workers only read the records)."""
     from fedmpi.data import ShardBatchSampler
     from fedmpi.models.heads import check_label_range
 
     sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), rank_batch(cfg, party.name),
                                 seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
+    on_device = cfg.data.decodes_on(device)
+    if on_device:
+        from fedmpi.data.device_decode import EncodedItems, decode_items, keep_items
+
+        items, collate = EncodedItems(dataset), keep_items
+    else:
+        items, collate = dataset, None
     workers = cfg.data.loader_workers(device)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
-                                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+    loader = torch.utils.data.DataLoader(items, batch_sampler=sampler, num_workers=workers, collate_fn=collate,
+                                         pin_memory=device.type == "cuda" and not on_device,
+                                         persistent_workers=workers > 0,
                                          # workers started from a clean server process, not forked from a rank
                                          # whose MPI, CUDA and NCCL are running (fork copies their threads' locks)
                                          multiprocessing_context="forkserver" if workers > 0 and device.type == "cuda"
@@ -31,7 +40,8 @@ def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device)
                                          # its own generator: starting the stream draws nothing from the global
                                          # torch RNG, which a resumed run has just restored
                                          generator=torch.Generator().manual_seed(cfg.data.seed))
-    for images, labels in loader:
+    for batch in loader:
+        images, labels = decode_items(batch, dataset, device) if on_device else batch
         if device.type != "cpu":    # here on the host, not by the classifier on the device (a sync per step)
             check_label_range(labels, dataset.num_classes)
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)

@@ -14,12 +14,18 @@ from fedmpi.algorithms.base import views
 
 
 class PartyGradients:
-    def __init__(self, params: list[torch.Tensor], group):
+    """`compression` (run.ddp_compression): None, or torch.float16 / torch.bfloat16 to all-reduce the gradients
+    in that dtype (half the bytes on the wire; each rank's share is rounded to it once, the sum is formed in it),
+    as DDP's fp16/bf16 compression hooks do."""
+
+    def __init__(self, params: list[torch.Tensor], group, compression: torch.dtype | None = None):
         self.params, self.group = list(params), group
         self.scale = 1.0 / dist.get_world_size(group)
         self.flat = torch.zeros(sum(p.numel() for p in self.params), dtype=self.params[0].dtype,
                                 device=self.params[0].device)
         self.grads = views(self.flat, self.params)
+        self.wire = None if compression is None else torch.empty(self.flat.shape, dtype=compression,
+                                                                  device=self.flat.device)
 
     @torch.no_grad()
     def attach(self) -> None:
@@ -34,4 +40,27 @@ class PartyGradients:
         """Every rank of the party calls this after backward; each gradient becomes the party's mean (a parameter
         unused on this rank adds its zeros and receives the party's mean)."""
         self.flat.mul_(self.scale)
-        dist.all_reduce(self.flat, group=self.group)
+        if self.wire is None:
+            dist.all_reduce(self.flat, group=self.group)
+            return
+        self.wire.copy_(self.flat)
+        dist.all_reduce(self.wire, group=self.group)
+        self.flat.copy_(self.wire)
+
+
+COMPRESSION = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def party_ddp(backbone, group, bucket_mb: float, compression: torch.dtype | None):
+    """DistributedDataParallel over the party's ranks (GPU parties): gradient buckets of `bucket_mb` MB
+    all-reduced as backward fills them, each in 16 bits where `compression` says (DDP's fp16/bf16 compression
+    hooks, as insightface's arcface_torch uses)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(backbone, process_group=group, bucket_cap_mb=bucket_mb)
+    if compression is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(group, default_hooks.fp16_compress_hook if compression == torch.float16
+                               else default_hooks.bf16_compress_hook)
+    return ddp

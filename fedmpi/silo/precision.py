@@ -28,8 +28,9 @@ def unscale_found_inf(grads: list[torch.Tensor], inv_scale: float, device: torch
 
 class Precision:
     def __init__(self, amp: str, device: torch.device, init_scale: float = 2.0 ** 16, growth_interval: int = 2000,
-                 group=None):
+                 group=None, weight_cache: bool = True):
         self.enabled = amp != "none" and device.type == "cuda"
+        self.weight_cache = weight_cache   # autocast's cast weights kept for the step; off for CUDA graphs' capture
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
         self.device = device
         self.scaling = self.enabled and amp == "fp16"
@@ -41,7 +42,7 @@ class Precision:
     def autocast(self):
         if not self.enabled:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=self.weight_cache)
 
     def backward(self, loss: torch.Tensor) -> None:
         (loss * self.scale if self.scaling else loss).backward()

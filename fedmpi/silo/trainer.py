@@ -3,6 +3,8 @@ gradient over its group), the party's private classifier with local momentum (eq
 the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from fedmpi import comm
@@ -14,8 +16,9 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.payloads import Payloads
 from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
-from fedmpi.silo.party_gradients import PartyGradients
+from fedmpi.silo.party_gradients import COMPRESSION, PartyGradients, party_ddp
 from fedmpi.silo.precision import Precision
+from fedmpi.silo.step_speed import StepSpeed
 from fedmpi.models.bn_groups import normalise_in_groups
 from fedmpi.models.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
@@ -41,6 +44,8 @@ class Trainer:
         self.backbone = parts.model
         self.batch_size = rank_batch(cfg, self.party.name)
         normalise_in_groups(self.backbone, self.batch_size, cfg.model.bn_batch)
+        self.speed = StepSpeed(cfg, self.device)
+        self.speed.prepare(self.backbone)
         self.state = parts.state
         self.algorithm = parts.rule
         self.node = ctx.node_share   # None: this rank holds its own copy of what its party's ranks share
@@ -49,23 +54,26 @@ class Trainer:
                              zeros=self.node.zeros if self.node else None)
         # [θ_i | up payloads]; θ_i only on the leader, the one rank of the party that sends it
         self.up = Payloads(self.state, self.algorithm.up, self.device, self.dtype, with_theta=self.is_leader)
-        if self.is_leader and self.device.type == "cpu":
+        if self.is_leader and self.device.type == "cpu" and not self.speed.channels_last:
             self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
         self.take_global()
         group = self.groups.party
+        o = cfg.optim
+        self.precision = Precision(o.amp, self.device, group=group, weight_cache=not self.speed.graphs)
+        self.speed.capture(self.backbone, self.state, self.batch_size, cfg.data.image_size, self.precision.autocast)
         self.model, self.party_gradients = self._party_model(group)
         self.classifier = self._build_classifier().to(self.device)
-        o = cfg.optim
+        self.forward = self.speed.compiled(self.model)
+        self.loss = self.speed.compiled(self.classifier) if group is None else self.classifier
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
-                                          weight_decay=o.weight_decay)  # eq. 1-2
+                                          weight_decay=o.weight_decay, fused=self.speed.fused)  # eq. 1-2
         self.algo_state = self.algorithm.init_trainer_state(self.state.trainable)
         if self.node:   # what on_global rebuilds from Θ is the same on every rank of the party: one copy per node
             self.algo_state.update({key: self.node.like(self.algo_state[key]) for key in self.algorithm.global_state})
         # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
         self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
-        self.precision = Precision(o.amp, self.device, group=group)
 
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
@@ -73,11 +81,10 @@ class Trainer:
         backward (silo/party_gradients.py), without DDP's import of torch._dynamo (its cost per rank: docs/PERFORMANCE.md)."""
         if group is None:
             return self.backbone, None
+        compression = COMPRESSION[self.cfg.run.ddp_compression]
         if self.device.type == "cuda":
-            from torch.nn.parallel import DistributedDataParallel
-
-            return DistributedDataParallel(self.backbone, process_group=group), None
-        return self.backbone, PartyGradients(self.state.trainable, group)
+            return party_ddp(self.backbone, group, self.cfg.run.ddp_bucket_mb, compression), None
+        return self.backbone, PartyGradients(self.state.trainable, group, compression)
 
     def _build_classifier(self):
         from fedmpi.models.classifier import build_classifier
@@ -116,9 +123,11 @@ class Trainer:
         return rnd, mean_loss
 
     def report(self, r: int, trained, seconds: float) -> None:
+        first_step = self.speed.timer.seconds if self.speed.timer else None
+        self.speed.timer = None     # said once, in the round that compiled
         send_statistics(self.control, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
                                           "images": self.cfg.fed.K * self.batch_size,
-                                          "bad_records": self.bad_records()})
+                                          "bad_records": self.bad_records(), "first_step_s": first_step})
 
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
@@ -134,9 +143,12 @@ class Trainer:
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
         if self.party_gradients is not None:
             self.party_gradients.attach()
+        timer = self.speed.timer
+        if timer:
+            timer.start()
         with self.precision.autocast():
-            embeddings = self.model(images)
-            loss = self.classifier(embeddings, labels)
+            embeddings = self.forward(self.speed.images(images))
+            loss = self.loss(embeddings, labels)
         self.precision.backward(loss)
         if self.party_gradients is not None:
             self.party_gradients.average()
@@ -148,6 +160,9 @@ class Trainer:
             self.classifier_opt.step()
         for p in (*self.state.trainable, *self.classifier.parameters()):
             p.grad = None
+        if timer and timer.stop(self.device) is not None:
+            print(f"party {self.party.name} rank {self.rank}: first step {timer.seconds:.1f} s "
+                  f"({self.speed.describe()}: compiling or capturing)", flush=True)
         return loss.detach().to(torch.float64)
 
     def exchange(self, r: int, trained) -> None:
@@ -227,4 +242,8 @@ class Trainer:
 
 
 def run_trainer(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
+    if cfg.run.compile != "off":   # before the first compilation: a requeued job finds what its first start compiled
+        from fedmpi.models.speed import use_compile_cache
+
+        use_compile_cache(cfg.run.compile_cache or Path(run_dir) / "compile_cache")
     return drive(Trainer(cfg, ctx, parts), cfg, ctx, run_dir, resume)

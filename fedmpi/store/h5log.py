@@ -6,6 +6,8 @@ Layout (schema version 1):
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
   /data            attrs: one JSON description per party dataset (and the split / partition hashes)
+                   and, where a launch compiled or captured its step (run.compile, run.cuda_graphs),
+                   `first_step_s`: a JSON list of {round, party: the slowest rank's first step in seconds}
   /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved
                    (= bytes_up + bytes_down + bytes_intra: parties -> server, server -> party leaders, inside
                    the parties), fv_iterations (completed in the round), loss [P] (per-party mean loss),
@@ -137,6 +139,15 @@ class RunLog:
         for party, n in counts.items():
             if party in g.attrs:
                 g.attrs[party] = json.dumps({**json.loads(g.attrs[party]), "bad_records": n})
+        self.f.flush()
+
+    def record_first_steps(self, r: int, seconds: dict[str, float]) -> None:
+        """Each party's first step of this launch where it compiled or captured (slowest rank, seconds): one
+        entry of /data attrs `first_step_s` per launch, so a requeue that found the compile cache shows."""
+        self._publish()
+        g = self.f["data"]
+        entries = json.loads(g.attrs.get("first_step_s", "[]"))
+        g.attrs["first_step_s"] = json.dumps([*entries, {"round": r, **seconds}])
         self.f.flush()
 
     def append(self, table: str, **row) -> None:

@@ -19,9 +19,17 @@ def _run(ranks: int, *extra: str):
     return result.stdout
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
+@pytest.mark.parametrize("ranks", [1, 3])
 def test_sharded_equals_full_classifier(ranks):
     assert f"classifier equivalence ok on {ranks} ranks" in _run(ranks)
+
+
+def test_sharded_equals_full_classifier_and_party_gradients_compress_on_2_ranks():
+    """The 2-rank launch also checks a party's mean gradient with run.ddp_compression: PartyGradients exact
+    uncompressed and bit for bit the sum of the rounded shares in fp16/bf16; DDP with its compression hooks."""
+    out = _run(2, "--party-gradients")
+    assert "classifier equivalence ok on 2 ranks" in out
+    assert "party gradients ok on 2 ranks" in out
 
 
 def test_four_rank_party_equivalence_and_training_matches_replicated():

@@ -7,9 +7,10 @@ Also: shard shapes (ceil/floor of C/n), unequal per-rank batches, sampled negati
 loss equals the full softmax restricted to the union of sampled columns). Exits non-zero on any mismatch.
 
 With --train-steps N it then runs classifier_training's check (sharded vs replicated training) in the same
-launch, saving one start-up of torch on every rank.
+launch, saving one start-up of torch on every rank; with --party-gradients, party_gradients_check's (the party's
+mean gradient with run.ddp_compression).
 
-usage: classifier_equivalence.py [--tol 1e-9] [--train-steps 0]
+usage: classifier_equivalence.py [--tol 1e-9] [--train-steps 0] [--party-gradients]
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def run_sampled_case(group, kind, num_classes, sizes, seed, tol):
     )
 
 
-def main(tol: float, train_steps: int) -> int:
+def main(tol: float, train_steps: int, party_gradients: bool = False) -> int:
     comm.init_torch_distributed("gloo")
     world = dist.get_world_size()
     party = comm.new_group(range(world))
@@ -151,6 +152,14 @@ def main(tol: float, train_steps: int) -> int:
         worst = compare_training(party, train_steps, tol)
         if dist.get_rank() == 0:
             print(f"sharded training follows replicated on {world} ranks, worst |diff| {worst:.2e}")
+    if party_gradients:
+        from party_gradients_check import check_ddp_compression, check_party_gradients
+
+        check_party_gradients(party)
+        worst = check_ddp_compression(party)
+        if dist.get_rank() == 0:
+            print(f"party gradients ok on {world} ranks (exact, fp16, bf16; DDP's compression hooks within "
+                  f"{worst:.1e} of the mean)")
     comm.shutdown()
     return 0
 
@@ -159,5 +168,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tol", type=float, default=1e-9)
     parser.add_argument("--train-steps", type=int, default=0)
+    parser.add_argument("--party-gradients", action="store_true", help="also party_gradients_check.py's checks")
     args = parser.parse_args()
-    raise SystemExit(comm.run_guarded("classifier test", lambda: main(args.tol, args.train_steps)))
+    raise SystemExit(comm.run_guarded("classifier test",
+                                      lambda: main(args.tol, args.train_steps, args.party_gradients)))
