@@ -35,6 +35,9 @@ MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
 RUNTIME_MB = {"server": 60.0, "trainer": 50.0, "validator": 50.0}
 ACTIVATION_FACTOR = 0.80                        # a step's peak over the forward's feature-map values (IR-18 112 px)
+# glibc's default malloc keeps a step's freed activation buffers in its heap: IR-18 at 112 px, batch 8 adds
+# ~600 MB at a step's peak against ~330 MB under the tuned settings (bench/malloc_step.py)
+GLIBC_DEFAULTS_ACTIVATIONS = 600.0 / 330.0
 STEP_TRANSIENT_MB = 25.0                        # what a step holds beyond them whatever the batch (allocator, logits)
 EVAL_LIVE_MAPS = 3                              # no-grad embedding: a batch, its flip and the largest output live
 WORKER_MB = 660.0                               # a forked DataLoader worker once Python touched its pages (CPU)
@@ -146,12 +149,16 @@ def validation_image_bytes(cfg, sets: int) -> float:
     return sets * pairs * 2 * 3 * cfg.data.image_size ** 2 * 1.2
 
 
-def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None) -> LayoutNeed:
+def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None,
+             tuned_malloc: bool = True) -> LayoutNeed:
     """Every rank's peak for `layout` under `cfg` on `device` (cpu | cuda); workers: DataLoader workers per trainer
-    rank (None: what data.workers gives on that device)."""
+    rank (None: what data.workers gives on that device); tuned_malloc: whether the ranks run under fedmpi.run's
+    malloc settings (core/malloc.py) or glibc's defaults, whose heap keeps more of a step on the CPU."""
     from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets
 
     s = _sizes(cfg, device, torch_build, workers)
+    if not tuned_malloc and not s.gpu:
+        s.activation_factor *= GLIBC_DEFAULTS_ACTIVATIONS
     base = lambda role: {"torch": TORCH_MB[torch_build] * MB, "runtime": RUNTIME_MB[role] * MB}
     validating = needs_validation_sets(cfg)
     dedicated = list(layout.validators)
@@ -196,6 +203,7 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
     s.shared_on_node = cfg.run.share_node_memory and not s.gpu and not cfg.cross_device
     s.workers = cfg.data.loader_workers(device) if workers is None else workers
     s.eval_transient = EVAL_LIVE_MAPS * cfg.eval.batch_size * largest * s.b
+    s.activation_factor = ACTIVATION_FACTOR
     return s
 
 
@@ -213,7 +221,7 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
             "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
             "rule state": kept_state * n * b,
             "classifier": 3 * classes_here * s.m.embedding_size * b,
-            "activations": (batch * (ACTIVATION_FACTOR * s.values + 4 * classes_here) * b
+            "activations": (batch * (s.activation_factor * s.values + 4 * classes_here) * b
                             + STEP_TRANSIENT_MB * MB),
         }
         need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))
