@@ -68,8 +68,8 @@ gpu-check: $(STAMP) bytecode
 	$(PY) -m bench.gpu_check $(ARGS)
 
 # Hsu et al.'s claims at CPU scale (jobs/hsu_study.py, docs/results/README.md): M = 100 clients of 20 synthetic
-# images, B = 10, E = 1, 40 rounds; FedAvg and FedAvgM (beta 0.9, 0.97) x C in {0.1, 0.05} x alpha in {100, 1, 0} at
-# 5 eta_eff on seed 0, then each at its best eta_eff on seeds 1, 2: 126 runs into docs/results/hsu_cpu.md; the runs
+# images, B = 10, E = 1, 40 rounds; FedAvg and FedAvgM (beta 0.9, 0.97) x C in {0.1, 0.05} x alpha in {100, 0} at 5
+# eta_eff on seed 0, then each at its best eta_eff on seeds 1, 2: 84 runs into docs/results/hsu_cpu.md; the runs
 # hold LOCK only while they run (released between runs once held LOCK_HOLD seconds)
 hsu-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce hsu --scale cpu --folder docs/results/hsu-cpu --lock $(LOCK) --lock-hold $(LOCK_HOLD) \

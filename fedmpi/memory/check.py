@@ -4,7 +4,8 @@ one line that says the estimate, what the node has and the override that would f
 
 Fits: the estimate is at most FIT_SHARE of what the node (or GPU) has, room for the estimate's error (within 25 %
 of bench/memory.py's measured peaks) and for what else the node runs. `run.memory_check=false` skips the check;
-the cross-device setting (McMahan's CNN on CIFAR, a few hundred MB a rank) is not checked."""
+a cross-device run (McMahan's CNN on CIFAR, a few hundred MB a rank) is checked for its server's store of the
+clients' states only."""
 from __future__ import annotations
 
 import copy
@@ -13,10 +14,12 @@ import os
 from fedmpi.core.malloc import running_tuned
 from fedmpi.errors import ConfigError
 from fedmpi.memory.available import gpu_present, node_available, own_gpu_free, torch_build
-from fedmpi.memory.model import estimate, place_shared
+from fedmpi.config.clients import clients_per_round
+from fedmpi.memory.model import MB, RUNTIME_MB, TORCH_MB, client_states, estimate, place_shared
 
 GB = 1024 ** 3
 FIT_SHARE = 0.9
+SERVER_BASE = (TORCH_MB["cuda"] + RUNTIME_MB["server"] + 150.0) * MB   # torch, runtime, the data and Θ
 SMALLEST_BATCH = 1
 
 
@@ -116,7 +119,13 @@ def check_memory(cfg, layout, mpi, places) -> None:
     """Every rank: read its node's memory (the node's first rank) and its GPU's free memory (on cuda), gather them,
     and raise the same ConfigError on every rank when the layout does not fit (a collective of MPI_COMM_WORLD).
     places: comm.nodes.survey's."""
-    if not cfg.run.memory_check or cfg.cross_device:   # the cross-device runs' CNN on CIFAR is not modelled (small)
+    if not cfg.run.memory_check:
+        return
+    if cfg.cross_device:   # the CNN on CIFAR is small; the server's store of the clients' states need not be
+        problem = judge_client_states(cfg, node_available() if mpi.Get_rank() == 0 else None)
+        problem = mpi.bcast(problem, root=0)
+        if problem:
+            raise ConfigError(problem)
         return
     device = run_device(cfg)
     place = places[mpi.Get_rank()]
@@ -135,6 +144,27 @@ def check_memory(cfg, layout, mpi, places) -> None:
                     tuned_malloc=running_tuned(os.environ))
     if problem:
         raise ConfigError(problem)
+
+
+def judge_client_states(cfg, available: int | None) -> str | None:
+    """The refusal line for a cross-device run whose server cannot hold its clients' states (SCAFFOLD's c_i,
+    FedDyn's lambda_k: the server keeps one per client sampled so far, in memory and in its checkpoint part), or
+    None: it fits within FIT_SHARE of what the server's node has (None: unknown, not checked), beside the server's
+    own ~0.5 GB. The override that fits: the population or the rounds that bound the clients held."""
+    held, need = client_states(cfg)
+    if available is None or not need or need + SERVER_BASE <= FIT_SHARE * available:
+        return None
+    c = cfg.clients
+    room = FIT_SHARE * available - SERVER_BASE
+    per_client = need / held
+    fits = max(int(room // per_client), 0)
+    per_round = clients_per_round(c.population, c.fraction)
+    override = (f"clients.population={fits}" if held == c.population else
+                f"clients.rounds={fits // per_round}") if fits >= per_round else None
+    return (f"run.memory_check: {cfg.fed.algorithm} keeps each client's state on the server: up to {held:,} clients "
+            f"x {per_client / 1024 ** 2:.1f} MB = {need / GB:.1f} GB; the server's node has {available / GB:.1f} GB "
+            "available; " + (f"{override} fits" if override else "no population of a round's clients fits")
+            + "; run.memory_check=false starts it anyway")
 
 
 def ranks_per_node(env, world: int) -> int:

@@ -50,8 +50,22 @@ DTYPE_BYTES = {"float32": 4, "float64": 8}
 RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
                 "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1)}
+CLIENT_STATE = {"scaffold": 1, "feddyn": 1}      # per-client trainer-state tensors of n values (client_state)
+CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (models/cifar_cnn.py), all trainable
 SERVER_AVERAGES = {"fedavg", "pfm", "fedprox"}   # the server step is the average itself: no separate mean
 NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
+
+
+def client_states(cfg) -> tuple[int, float]:
+    """A cross-device run's per-client states on the server (crossdevice/client_state.py, ClientStore): (the most
+    clients it can come to hold: every client sampled at least once, at most population and rounds x the clients
+    a round; bytes)."""
+    from fedmpi.config.clients import clients_per_round
+
+    c = cfg.clients
+    held = min(c.population, cfg.rounds * clients_per_round(c.population, c.fraction))
+    tensors = CLIENT_STATE.get(cfg.fed.algorithm, 0)
+    return held, held * tensors * CIFAR_CNN_VALUES * DTYPE_BYTES[cfg.run.dtype]
 
 
 def stage_channels(width: float) -> list[int]:
