@@ -7,7 +7,9 @@ launcher's children). Clients of a few images, so that a round is short and anyt
 stand out; SCAFFOLD's per-client c_i (6.7 MB each) are kept on the server for every client sampled so far.
 
     python -m bench.population [--populations 100 1000 10000] [--cohort 10] [--images 5] [--rounds 8]
-                               [--rules fedavgm scaffold] [--out /tmp/bench_population]
+                               [--rules fedavgm scaffold] [--out /tmp/bench_population] [--fig F.png]
+
+--fig draws round time and peak memory against M (from OUT/population.json, which the runs write).
 """
 from __future__ import annotations
 
@@ -51,6 +53,25 @@ def one_run(out: Path, rule: str, population: int, cohort: int, images: int, rou
             "peak_mb": int(proc.stdout.split()[-1]) / 1024, "launch_to_end_s": wall}
 
 
+def figure(results: list[dict], path: Path) -> None:
+    from fedmpi.analysis.plots import panel_grid, save_figure
+
+    fig, (time_ax, memory_ax) = panel_grid(2, max_cols=2, size=(4.2, 3.2))
+    for rule in dict.fromkeys(r["rule"] for r in results):
+        done = [r for r in results if r["rule"] == rule and "refused" not in r]
+        M = [r["M"] for r in done]
+        time_ax.plot(M, [r["round_s"] for r in done], marker="o", label=rule)
+        memory_ax.plot(M, [r["peak_mb"] for r in done], marker="o", label=rule)
+    for ax, label in ((time_ax, "round time (s)"), (memory_ax, "peak RSS, largest rank (MB)")):
+        ax.set_xscale("log")
+        ax.set_ylim(0, None)
+        ax.set_xlabel("population M (the same 10 clients a round)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--populations", type=int, nargs="+", default=[100, 1000, 10000])
@@ -59,7 +80,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--rules", nargs="+", default=["fedavgm", "scaffold"])
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_population"))
+    parser.add_argument("--fig", type=Path, default=None, help="draw OUT/population.json here; run nothing")
     args = parser.parse_args(argv)
+    if args.fig:
+        figure(json.loads((args.out / "population.json").read_text()), args.fig)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"cohort {args.cohort} clients of {args.images} images a round, {args.rounds} rounds, 1 trainer rank, CPU")
     print(f"{'rule':10s} {'M':>7s} {'round s (mean, min)':>20s} {'peak MB':>8s} {'launch-to-end s':>16s}")

@@ -91,7 +91,7 @@ class VectorisedCohort:
               for j, name in enumerate(algorithm.up)}
         rnd = LocalRound(lr=lr, K=local.steps(n), global_params=_broadcast(views(local.down.trainable, like), m),
                          down={name: _broadcast(t, m) for name, t in local.down.as_params(like).items()}, up=up)
-        state = algorithm.init_trainer_state(params)
+        state = {**algorithm.init_trainer_state(params), **local.shared}   # as LocalTrainer.train_client
         layout = local.layout
         if states is not None:
             for i, flat in enumerate(states):
