@@ -54,7 +54,7 @@ def draw(results, path, pdf: bool = False) -> list:
     data, labels, seeded = curves(results), line_labels(results), seeded_points(results)
     common = sorted(common_seeds(results))
     panels = sorted(data, key=lambda p: (p[0], -p[1], -p[2]))
-    fig, axes = panel_grid(len(panels), max_cols=len({p[2] for p in panels}) or 1, size=(4.2, 3.2))
+    fig, axes = panel_grid(len(panels), max_cols=len({p[2] for p in panels}) or 1, size=(4.2, 3.7))
     etas = [x for lines in data.values() for points in lines.values() for x, _ in points]
     for ax, panel in zip(axes, panels):
         for k, (beta, points) in enumerate(data[panel].items()):
