@@ -1,5 +1,7 @@
-"""`python -m jobs.reproduce fedface --scale cpu [--slurm] [key=value ...]`: run FedFace's study (Table 1,
-Fig. 4-6 and a bad-party run; jobs/fedface_study.py) through the sweep machinery of jobs/sweep.py -- here under
+"""`python -m jobs.reproduce fedface|badparty|hsu --scale cpu [--slurm] [key=value ...]`: run a study (FedFace's
+Table 1, Fig. 4-6 and a bad-party run, jobs/fedface_study.py; a bad party, robust rules and DP,
+jobs/badparty_study.py; Hsu et al.'s claims, jobs/hsu_study.py, whose second stage of runs is chosen from the
+first's results) through the sweep machinery of jobs/sweep.py -- here under
 mpirun one run after another, or with --slurm as job arrays (waiting for them, bounded by --timeout) -- then
 write the results file (default docs/results/fedface_<scale>.md, figures beside it) from the runs' HDF5 logs
 with fedmpi/analysis/fedface_report.py. The sweep folder (logs, index.json with every run's wall and CPU time) is
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
+from jobs.hsu_study import SCALES as HSU_SCALES, follow_up as hsu_follow_up, study as hsu_study
 from fedmpi.analysis.sweep_index import read_index, write_index
 from jobs.local import children_cpu_s
 from jobs.site import ROOT, Site, load_site
@@ -28,7 +31,10 @@ from jobs.sweep_plans import RunSpec
 
 # study -> (its scales, its runs at a scale, the function that writes its results file from the logs)
 STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
-           "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report")}
+           "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report"),
+           "hsu": (HSU_SCALES, hsu_study, "fedmpi.analysis.hsu_report:write_report")}
+# study -> the runs it adds once its first runs are done, chosen from their results (scale, folder) -> runs
+FOLLOW_UPS = {"hsu": hsu_follow_up}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
@@ -148,19 +154,27 @@ def main(argv: list[str] | None = None) -> int:
     extra = [o for o in args.overrides] + ([] if any(o.startswith("data.root=") for o in args.overrides)
                                            else [f"data.root={folder / 'data'}"])
     scale = scales[args.scale]
-    runs = [RunSpec(r.name, r.config, r.overrides + tuple(extra), r.labels) for r in make(scale)]
     patterns = [p for item in args.only for p in item.split(",") if p]
-    if patterns:
-        runs = [r for r in runs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
-        if not runs:
-            print(f"error: --only {','.join(patterns)}: no run of the study matches", file=sys.stderr)
-            return 2
+
+    def planned(specs) -> list[RunSpec]:
+        specs = [RunSpec(r.name, r.config, r.overrides + tuple(extra), r.labels) for r in specs]
+        return [r for r in specs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)] if patterns else specs
+
+    runs = planned(make(scale))
+    if patterns and not runs:
+        print(f"error: --only {','.join(patterns)}: no run of the study matches", file=sys.stderr)
+        return 2
     try:
         if args.dry_run:
             print_plan(planned_rows(runs, folder, Site(cpu=True) if not args.slurm else load_site()), folder)
             return 0
         if not args.report_only:
-            run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
+            site = load_site() if args.slurm else Site(cpu=True)
+            run_study(args.study, runs, folder, site, args, argv)
+            if args.study in FOLLOW_UPS:   # the completed runs are kept, the chosen ones added
+                more = planned(FOLLOW_UPS[args.study](scale, folder))
+                run_study(args.study, runs + more, folder, site, argparse.Namespace(**{**vars(args), "resume": True}),
+                          argv)
         module, function = report.split(":")
         write_report = getattr(importlib.import_module(module), function)
         write_report(folder, out, scale.rationale,

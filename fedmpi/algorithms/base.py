@@ -65,6 +65,10 @@ class Algorithm:
     # fed.local_momentum is when a config leaves it empty. None: the rule's local step carries a momentum of its
     # own (PFM's M, MIME-lite's server momentum) and does not read fed.local_momentum.
     local_momentum_default: ClassVar[float | None] = 0.0
+    # Whether the local step may run on a cohort's parameters stacked along a leading client dimension
+    # (crossdevice/cohort.py): its arithmetic element by element, Θ and the down payloads broadcast over the
+    # clients. False for a rule that reshapes what it reads (PFM's flat M).
+    cohort_vectorisable: ClassVar[bool] = True
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):

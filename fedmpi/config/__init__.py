@@ -90,6 +90,7 @@ CHOICES = {
     "run.device": ("auto", "cpu", "cuda"),
     "run.dtype": ("float32", "float64"),
     "clients.dataset": ("synthetic", "cifar10"),
+    "clients.cohort": ("sequential", "vectorised", "auto"),
     "data.val_kind": ("synthetic", "bin"),
     "parties.data.kind": ("synthetic", "rec", "folder"),
     "parties.data.style": ("ms1m", "ga", "vgg"),
