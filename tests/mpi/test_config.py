@@ -172,6 +172,23 @@ def test_a_resume_ignores_a_key_its_rule_does_not_read(tmp_path):
         assert config_changes(folder, load_config(None, [f"fed.algorithm={rule}"])) == expected
 
 
+def test_a_resume_takes_a_setting_its_checkpoint_predates_at_its_default(tmp_path):
+    """A checkpoint written before fed.upload_check existed resumes without --allow-config-changes; one that set it
+    otherwise than now names the change."""
+    import h5py
+
+    from fedmpi.store.resume import config_changes
+
+    older = yaml.safe_load(to_yaml(load_config()))
+    del older["fed"]["upload_check"]
+    (tmp_path / "old").mkdir()
+    with h5py.File(tmp_path / "old" / "server.h5", "w") as f:
+        f.create_dataset("config", data=yaml.safe_dump(older))
+    assert config_changes(tmp_path / "old", load_config()) == {}
+    assert config_changes(tmp_path / "old", load_config(None, ["fed.upload_check.action=warn"])) == {
+        "fed.upload_check.action": ["exclude", "warn"]}
+
+
 # ---------------------------------------------------------------- numbers are numbers
 
 
