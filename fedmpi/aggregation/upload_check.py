@@ -197,13 +197,15 @@ class UploadCheck:
         norms = f" (update norms in round {self.round + 1}: {self.last.norms_text()})" if self.last else ""
         return f"; no out-of-range upload was aggregated{norms}"
 
-    def after_round(self, theta: torch.Tensor, losses, parties: list[str]) -> None:
-        """Raise `Diverged` when Θ after the round's step, or a training loss the round reported, is not finite."""
-        if not bool(torch.isfinite(theta).all()):
-            raise Diverged("the global model is no longer finite after the aggregation")
-        lost = [f"{party} {loss}" for party, loss in zip(parties, np.asarray(losses)) if not math.isfinite(loss)]
-        if lost:
-            raise Diverged(f"the training loss is not finite ({', '.join(lost)})")
+    def after_round(self, r: int, theta: torch.Tensor, losses, parties: list[str]) -> None:
+        """Raise `Diverged`, naming round r and the uploads, when Θ after the round's step, or a training loss the
+        round reported, is not finite."""
+        with self.naming_round(r):
+            if not bool(torch.isfinite(theta).all()):
+                raise Diverged("the global model is no longer finite after the aggregation")
+            lost = [f"{party} {loss}" for party, loss in zip(parties, np.asarray(losses)) if not math.isfinite(loss)]
+            if lost:
+                raise Diverged(f"the training loss is not finite ({', '.join(lost)})")
 
     def log_columns(self, rows_of_log: int) -> dict[str, np.ndarray]:
         """The round's /rounds columns: `update_norm` and `uploads_excluded` per row of the log's per-party columns

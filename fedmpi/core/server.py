@@ -83,20 +83,20 @@ class Server:
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            with self.check.naming_round(r):       # a diverged round ends the run in one line naming its uploads
-                with comm.naming_failures(f"round {r + 1}"):
-                    exchange.post(r)
-                    side.work_until(exchange.is_complete, r)
-                    exchange.wait()
-                    rows = exchange.rows
-                    self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-                    self.step(exchange, self.w, exchange.participation)   # check, aggregate, server update
-                    if self.influence:
-                        self.influence.measure(r, rows, self.step.combination)
-                    exchange.send(self.down.flat)
-                    stats = exchange.round_stats(r)
-                self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
-                self.check.after_round(self.down.flat, stats.loss, self.parties)   # before any checkpoint of it
+            # a diverged round ends the run in one line naming its round and uploads (aggregation/upload_check.py)
+            with self.check.naming_round(r), comm.naming_failures(f"round {r + 1}"):
+                exchange.post(r)
+                side.work_until(exchange.is_complete, r)
+                exchange.wait()
+                rows = exchange.rows
+                self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
+                self.step(exchange, self.w, exchange.participation)           # check, aggregate, server update
+                if self.influence:
+                    self.influence.measure(r, rows, self.step.combination)
+                exchange.send(self.down.flat)
+                stats = exchange.round_stats(r)
+            self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
+            self.check.after_round(r, self.down.flat, stats.loss, self.parties)   # before any checkpoint of it
             side.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
                     r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):

@@ -103,8 +103,8 @@ def test_warn_aggregates_it_and_a_divergence_names_it_with_its_round():
     assert down.theta.tolist() == [150.25, 201.25, 1.5, 0.0]
     assert said.getvalue() == C_OUT + "aggregated as it is (fed.upload_check.action=warn)\n"
     down.flat[1] = float("inf")
-    with pytest.raises(Diverged) as stopped, check.naming_round(1):
-        check.after_round(down.flat, [1.0, 2.0, 3.0], ["a", "b", "c"])
+    with pytest.raises(Diverged) as stopped:
+        check.after_round(1, down.flat, [1.0, 2.0, 3.0], ["a", "b", "c"])
     assert stopped.value.code == ("round 2: the global model is no longer finite after the aggregation; out-of-range "
                                   "uploads aggregated: c in round 1 (‖θ_c − Θ‖ = 500, 125 x the median of the "
                                   "others' (4))")
@@ -121,9 +121,10 @@ def test_stop_ends_the_run_naming_upload_round_and_norms_and_leaves_the_global_m
 
 def test_a_nan_loss_or_every_upload_out_of_range_stops_the_run_in_one_line():
     step, uploads, down, check, _ = server()
-    with pytest.raises(Diverged) as stopped, check.naming_round(2):
+    with check.naming_round(2):
         step(uploads, W)
-        check.after_round(down.flat, [1.0, float("nan"), 2.0], ["a", "b", "c"])
+    with pytest.raises(Diverged) as stopped:
+        check.after_round(2, down.flat, [1.0, float("nan"), 2.0], ["a", "b", "c"])
     assert stopped.value.code == ("round 3: the training loss is not finite (b nan); no out-of-range upload was "
                                   "aggregated (update norms in round 3: a 3, b 5, c 500)")
     uploads.rows.fill_(float("nan"))
