@@ -213,5 +213,5 @@ def test_the_committed_results_file_is_what_the_report_writes_from_the_committed
                 if not line.startswith("This file was written again") and "sweep folder" not in line]
 
     assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "badparty_cpu.md").read_text())
-    for name in ("fv_weights", "accuracy", "privacy"):
+    for name in ("fv_weights", "accuracy", "privacy", "scaled"):
         assert (tmp_path / f"badparty_cpu_{name}.png").stat().st_size > 10_000, name
