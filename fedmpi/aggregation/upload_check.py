@@ -3,7 +3,8 @@ the uploads that made it so (docs/ARCHITECTURE.md, "The upload check").
 
 Once per round, before the aggregator reads them, the server measures each upload's update norm
 n_i = ‖θ_i − Θ‖ over the backbone's D values (θ_i: the upload's backbone; Θ: the global backbone the round started
-from): one pass over the [P, D] rows, a block of columns at a time in float64, read to the host once per round.
+from): one pass over the [P, D] rows, a block of columns at a time, summed in float64, read to the host once per
+round.
 An upload is out of range when n_i is not finite, or when n_i > ρ · median_{j≠i} n_j, ρ = fed.upload_check.norm_ratio
 (the median of the others' finite norms: with two uploads the outlier is measured against the other one; the
 rule is not applied where that median is 0 or there is no other). `fed.upload_check.action` says what follows:
@@ -44,13 +45,13 @@ from fedmpi.errors import Diverged
 
 def update_norms(rows: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """[P] float64 ‖rows[i, :D] − reference‖ (D = reference's length) on the rows' device: one pass over the rows,
-    a block of columns at a time (P x BLOCK float64 values at most besides them)."""
+    a block of columns at a time, the differences in the rows' dtype (P x BLOCK values besides them), their squares
+    summed in float64 (about the weighted mean's mat-vec in time: docs/PERFORMANCE.md)."""
     D = reference.numel()
     squares = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
     for a in range(0, D, BLOCK):
         b = min(a + BLOCK, D)
-        block = rows[:, a:b].to(torch.float64) - reference[a:b].to(torch.float64)
-        squares += torch.einsum("ij,ij->i", block, block)
+        squares += torch.linalg.vector_norm(rows[:, a:b] - reference[a:b], dim=1, dtype=torch.float64).square()
     return squares.sqrt_()
 
 
