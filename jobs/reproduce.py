@@ -23,7 +23,7 @@ from pathlib import Path
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
 from jobs.hsu_study import SCALES as HSU_SCALES, follow_up as hsu_follow_up, study as hsu_study
-from fedmpi.analysis.sweep_index import read_index, write_index
+from fedmpi.analysis.sweep_index import ended, read_index, write_index
 from jobs.local import children_cpu_s
 from jobs.site import ROOT, Site, load_site
 from jobs.sweep import execute, planned_rows, print_plan
@@ -76,10 +76,10 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
              "where": "slurm" if args.slurm else "local", "sessions": []}
     if args.resume and (folder / "index.json").is_file():
         earlier = read_index(folder)
-        done = {r["name"]: r for r in earlier["runs"] if r.get("state") == "COMPLETED"}
+        done = {r["name"]: r for r in earlier["runs"] if ended(r)}
         rows = [done.get(row["name"], row) for row in rows]
         for row in rows:
-            if row["state"] != "COMPLETED":    # a run cut short continues from its checkpoint (or starts over,
+            if not ended(row):    # a run cut short continues from its checkpoint (or starts over,
                 row["args"] = ["--resume", "auto"]    # its partial log kept under another name)
         before = earlier.get("study", study)
         sessions = before.get("sessions") or ([{k: before.get(k) for k in SESSION_KEYS}] if "wall_s" in before else [])
@@ -87,7 +87,7 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
     session = {"command": command_line(argv), "commit": git_commit(),
                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "load_before": [round(v, 2) for v in os.getloadavg()],
-               "runs": [r["name"] for r in rows if r["state"] != "COMPLETED"]}
+               "runs": [r["name"] for r in rows if not ended(r)]}
     cpu_before, start = children_cpu_s(), time.monotonic()
     execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout,
             extra={"study": study}, lock=args.lock, lock_hold_s=args.lock_hold)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     index = read_index(folder)
-    failed = [r["name"] for r in index["runs"] if r.get("state") != "COMPLETED"]
+    failed = [r["name"] for r in index["runs"] if not ended(r)]
     if failed:
         print(f"error: {len(failed)} run(s) did not complete: {', '.join(failed)} (see {folder}/runs/NAME/"
               "stderr.txt); the results file says so", file=sys.stderr)
