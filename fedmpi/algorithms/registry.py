@@ -19,6 +19,7 @@ RULES = {
     "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
     "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
     "feddyn": "fedmpi.algorithms.feddyn:FedDyn",
+    "fedfr": "fedmpi.algorithms.fedfr:FedFR",
 }
 
 # The rules each reproduced paper compares, its baseline first: FedFace (FedAvg, PFM; FedFace = PFM + FV) and

@@ -19,6 +19,7 @@ LABELS = {
     "fedadagrad": ("FedAdagrad", "#843c39"),
     "mime_lite": ("MIME-lite", "#bcbd22"),
     "feddyn": ("FedDyn", "#17becf"),
+    "fedfr": ("FedFR", "#e377c2"),
     "centralized": ("Centralized", "#000000"),
     "solo": ("Solo", UNKNOWN_COLOR),
 }

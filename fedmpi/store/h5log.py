@@ -5,7 +5,8 @@ Layout (schema version 1):
                    placement (JSON list, one {rank, node, local_rank, address} per rank of the latest launch)
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
-  /data            attrs: one JSON description per party dataset (and the split / partition hashes)
+  /data            attrs: one JSON description per party dataset (and the split / partition hashes), the public
+                   set every party holds (`data.public`), the starting model's files and sha256 (`model.init`)
                    and, where a launch compiled or captured its step (run.compile, run.cuda_graphs),
                    `first_step_s`: a JSON list of {round, party: the slowest rank's first step in seconds}
   /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved
@@ -18,6 +19,8 @@ Layout (schema version 1):
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
                    of the pair sets, then the large-scale benchmarks, whose metrics are their own)
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
+  /personal/<col>  the personalised evaluation (data.heldout): one row per evaluated round, round and a [P] column
+                   per metric; /local/<col>: a rule with a local objective (FedFR), its round's numbers per party
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
 A new log is written under a hidden name (`starting_name`) and takes its name at its first row. Reading one:
 store/log_reader.py.
