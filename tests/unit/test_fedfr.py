@@ -163,3 +163,16 @@ def test_the_config_refuses_what_fedfr_cannot_run_in_one_line():
         load_config(None, ["data.heldout=2"])
     with pytest.raises(ConfigError, match=r"^data.heldout: must be 0 \(none\) or >= 2"):
         load_config(None, ["data.heldout=1", "eval.every=1"])
+
+
+def test_the_synthetic_public_set_shares_no_identity_with_a_party_or_a_validation_set():
+    from fedmpi.data.synthetic import identity_keys
+    from fedmpi.data.synthetic_pairs import PAIR_SETS
+
+    public = set(identity_keys("public", 2000).tolist())
+    others = set()
+    for style in ("ms1m", "ga", "vgg"):
+        others |= set(identity_keys(style, 2000).tolist())
+    for name in PAIR_SETS:
+        others |= set(identity_keys(f"val:{name}", 2000).tolist())
+    assert len(public) == 2000 and not public & others
