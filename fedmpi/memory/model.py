@@ -46,8 +46,9 @@ DTYPE_BYTES = {"float32": 4, "float64": 8}
 # tests/mpi/test_memory_check.py checks these against the rules themselves
 RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
-                "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1)}
-SERVER_AVERAGES = {"fedavg", "pfm", "fedprox"}   # the server step is the average itself: no separate mean
+                "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1),
+                "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0)}
+SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface"}   # the server step is the average itself: no separate mean
 NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
 
 
