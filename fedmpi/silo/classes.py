@@ -49,21 +49,22 @@ class ServerClasses:
         self._leaders = [p.leader for p in parties]
         self._point_to_point_threads = torch.device(device).type == "cpu"
         P = len(parties)
+        gathered = d * sum(n - shard_rows(n, len(p.ranks), classifier_mode) for n, p in zip(rows, parties))
         if rule.class_payload == "rows":
             self.W = torch.zeros(sum(rows), d, dtype=dtype, device=device)
             self.bounds = bounds_of(rows)
             self.uploads = [self.W[a:b] for a, b in self.bounds]
             self.replies = self.uploads                     # each party gets its own corrected rows back
-            # the gather on the leader and the split from it (a replicated party: the leader's broadcast only)
-            self._intra = d * sum(n * (len(p.ranks) - 1) if replicated(classifier_mode, len(p.ranks))
-                                  else 2 * (n - shard_rows(n, len(p.ranks), classifier_mode))
-                                  for n, p in zip(rows, parties))
+            # the shards gathered on the leader and split from it again (a replicated party: the leader's broadcast)
+            self._intra = 2 * gathered + d * sum(n * (len(p.ranks) - 1) for n, p in zip(rows, parties)
+                                                 if replicated(classifier_mode, len(p.ranks)))
         else:
             q, width = rule.summary_shape(d)
             self.summaries = torch.zeros(P, q, width, dtype=dtype, device=device)
             self.replied = torch.zeros(P, (P - 1) * q, width, dtype=dtype, device=device)
             self.uploads, self.replies = list(self.summaries.unbind(0)), list(self.replied.unbind(0))
-            self._intra = sum(len(p.ranks) - 1 for p in parties) * (P - 1) * q * width
+            # the shards gathered on the leader, the other parties' summaries broadcast to the party's ranks
+            self._intra = gathered + sum(len(p.ranks) - 1 for p in parties) * (P - 1) * q * width
         self._sizes = (sum(u.numel() for u in self.uploads), sum(r.numel() for r in self.replies))
         self._work: list = []
         self.due = False
