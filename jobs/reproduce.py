@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
+from jobs.frbaselines_study import SCALES as FR_SCALES, study as fr_study
 from fedmpi.analysis.sweep_index import read_index, write_index
 from jobs.local import children_cpu_s
 from jobs.site import ROOT, Site, load_site
@@ -28,7 +29,8 @@ from jobs.sweep_plans import RunSpec
 
 # study -> (its scales, its runs at a scale, the function that writes its results file from the logs)
 STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
-           "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report")}
+           "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report"),
+           "fr-baselines": (FR_SCALES, fr_study, "fedmpi.analysis.frbaselines_report:write_report")}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 

@@ -31,16 +31,22 @@ def spreadout(unit: torch.Tensor, tau: float, top_k: int = 0, block: int = BLOCK
             cos[:, a:b].fill_diagonal_(float("-inf"))
             nearest, index = cos.topk(k, dim=1)
             r = (nearest - tau).clamp_min_(0)
-            loss += (r * r).sum(dtype=torch.float64)
+            loss += squares(r)
             r.mul_(2.0 / pairs)
             grad[a:b] += (r.unsqueeze(2) * unit[index]).sum(dim=1)
             grad.index_add_(0, index.reshape(-1), (r.unsqueeze(2) * unit[a:b].unsqueeze(1)).reshape(-1, unit.shape[1]))
         else:
             cos[:, a:b].fill_diagonal_(tau)                              # r_cc = 0
             r = cos.sub_(tau).clamp_min_(0)
-            loss += (r * r).sum(dtype=torch.float64)
+            loss += squares(r)
             grad[a:b] += (4.0 / pairs) * (r @ unit)
     return float(loss) / pairs, grad
+
+
+def squares(r: torch.Tensor) -> torch.Tensor:
+    """Σ r² without a temporary the size of r (a block is rows x C values): each row's in r's dtype, their sum in
+    float64 (a float32 sum over a whole block of 10^8 values is off in the third digit)."""
+    return torch.linalg.vector_norm(r, dim=-1).to(torch.float64).pow(2).sum()
 
 
 def spreadout_gradient(W: torch.Tensor, tau: float, top_k: int = 0, block: int = BLOCK_ROWS) -> tuple[float, torch.Tensor]:
