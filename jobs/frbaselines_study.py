@@ -43,7 +43,7 @@ BASELINE = "fedavg"        # each method's paired difference is taken against it
 class FRScale:
     base: Scale                                  # the FedFace study's shrink (model, data, K, schedule)
     seeds: tuple[int, ...] = (0, 1)
-    methods: tuple[str, ...] = tuple(METHODS)
+    methods: tuple[str, ...] = ()                # keys of METHODS; empty: every one
     common: tuple[str, ...] = ()                 # overrides of every run (evaluation)
     rationale: str = ""
 
@@ -93,4 +93,4 @@ def _spec(scale: FRScale, key: str, seed: int) -> RunSpec:
 
 def study(scale: FRScale) -> list[RunSpec]:
     """Seed by seed, every method: a study cut short has whole pairs."""
-    return [_spec(scale, key, seed) for seed in scale.seeds for key in scale.methods]
+    return [_spec(scale, key, seed) for seed in scale.seeds for key in scale.methods or METHODS]

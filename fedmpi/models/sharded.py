@@ -10,6 +10,9 @@ group and each rank keeps its own rows, times the group size n. The party's grad
 (silo/party_gradients.py, as DDP would) then averages backbone gradients over the n ranks, which gives
 ∂L/∂θ — the same backbone gradient as a replicated classifier with per-rank means.
 
+Extra negative cones (`negatives`, PrivacyFace's received clusters, models/cone_negatives.py) add their logits on
+the group's first rank only, so that each counts once in the normaliser assembled across ranks.
+
 With group None (one rank) it is the plain classifier: no collectives, all classes local.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ from fedmpi.config import ConfigError, load_config
 from fedmpi.core.state import BackboneState
 from fedmpi.memory import available as avail
 from fedmpi.memory.check import check_memory, judge
-from fedmpi.memory.model import (NODE_SHARED_STATE, RULE_TENSORS, SERVER_AVERAGES, backbone_size, estimate,
+from fedmpi.memory.model import (CLASS_PAYLOAD, NODE_SHARED_STATE, RULE_TENSORS, SERVER_AVERAGES, backbone_size, estimate,
                                  place_shared)
 from fedmpi.models.iresnet import iresnet
 from jobs.mpirun import mpirun
@@ -50,6 +50,7 @@ def test_the_rules_tensors_are_the_rules_own():
         assert RULE_TENSORS[rule] == (len(algorithm.up), len(algorithm.down), count(trainer), count(server)), rule
         assert (rule in SERVER_AVERAGES) == algorithm.server_averages, rule
         assert (rule in NODE_SHARED_STATE) == bool(algorithm.global_state), rule
+        assert CLASS_PAYLOAD.get(rule, "") == algorithm.class_payload, rule
 
 
 def headline(*overrides):
