@@ -17,7 +17,8 @@ import yaml
 from fedmpi.analysis.fedface_claims import mean_half_range
 from fedmpi.analysis.fedface_report import Report
 from fedmpi.analysis.fedface_study_table import header
-from fedmpi.analysis.methods import LABELS, method_color
+from fedmpi.algorithms.registry import method_key
+from fedmpi.analysis.methods import FV_SUFFIX, method_color, method_label
 from fedmpi.analysis.plots import panel_grid, pyplot, save_figure
 from fedmpi.analysis.tables import Table, render
 from fedmpi.store.h5log import LogReader
@@ -35,7 +36,7 @@ class Outcome:
             ev, rounds, classes = log.table("eval"), log.table("rounds"), log.table("classes")
             self.leaves = str(log.f.attrs.get("leaves_party", "backbone"))
             config = yaml.safe_load(log.config_yaml)
-            parties = len(log.parties)
+            parties = self.parties = len(log.parties)
         self.sets = [k.split("/")[0] for k in ev if k.endswith("/accuracy")]
         self.steps = ev.get("step", np.zeros(0))
         self.curve = 100 * np.mean([ev[f"{s}/accuracy"] for s in self.sets], axis=0) if self.sets else np.zeros(0)
@@ -44,6 +45,10 @@ class Outcome:
         self.tar = {far: 100 * ev[f"{IJB}/tar_far_{far}"] for far in FARS if f"{IJB}/tar_far_{far}" in ev}
         self.bytes = {k: float(np.mean(rounds[f"bytes_{k}"])) for k in ("up", "down", "intra")}
         self.classes = classes
+        fed = config.get("fed", {})
+        # the registry's colour of its rule (+FV: the darker shade), or of its baseline setting
+        self.color = method_color(method_label(method_key(fed.get("algorithm", ""), fed.get("setting", "federated")))[0]
+                                  + (FV_SUFFIX if config.get("fv", {}).get("enabled") else ""))
         # clusters a PrivacyFace release can hold in all parties
         self.clusters = parties * int(config.get("fed", {}).get("options", {}).get("clusters", 0) or 0)
 
@@ -88,8 +93,12 @@ def methods_table(report: Report, outcomes: dict[str, Outcome]) -> Table:
             continue
         tars = [mean_half_range([float(o.tar[f][-1]) for o in runs if f in o.tar]) for f in FARS]
         moved, base = traffic(key), traffic(runs[0].labels["baseline"])
+        baseline_runs = [o for o in outcomes.values() if o.labels["method"] == runs[0].labels["baseline"]]
+        # beside the baseline only where the same parties upload (not the centralized setting's one party)
+        beyond = ([moved["up"] - base["up"], moved["down"] - base["down"]]
+                  if baseline_runs and baseline_runs[0].parties == runs[0].parties else ["-", "-"])
         rows.append([label, runs[0].leaves, mean_half_range([o.accuracy for o in runs]), *tars,
-                     moved["up"], moved["down"], moved["intra"], moved["up"] - base["up"], moved["down"] - base["down"],
+                     moved["up"], moved["down"], moved["intra"], *beyond,
                      ", ".join(str(o.labels["seed"]) for o in runs)])
     baseline = next(iter(outcomes.values())).labels["baseline"] if outcomes else "fedavg"
     return Table(header=["method", "what leaves a party", "held-out acc. %", *(f"IJB-C TAR@FAR={f} %" for f in FARS),
@@ -136,14 +145,13 @@ def curves_figure(report: Report, outcomes: dict[str, Outcome], path: Path) -> b
     """Held-out accuracy and IJB-C TAR@FAR against the training step, one line per method (mean of its seeds)."""
     plt = pyplot()
     fig, (acc, tar) = panel_grid(2, max_cols=2, size=(6.0, 4.2))
-    drawn, others = False, plt.get_cmap("tab10")
-    for i, (key, label) in enumerate(methods_of(report)):
+    drawn = False
+    for key, label in methods_of(report):
         runs = [o for o in outcomes.values() if o.labels["method"] == key and o.curve.size]
         if not runs:
             continue
         n = min(o.curve.size for o in runs)
-        steps = runs[0].steps[:n]
-        color = method_color(LABELS[key][0]) if key in LABELS else others(i % 10)   # the registry's colour
+        steps, color = runs[0].steps[:n], runs[0].color
         acc.plot(steps, np.mean([o.curve[:n] for o in runs], axis=0), marker="o", markersize=3, label=label,
                  color=color)
         if all(FARS[-1] in o.tar for o in runs):
