@@ -1,6 +1,7 @@
 """Benchmark: the server's aggregation time per round for P uploads of IResNet-18 size (D = 24.0 M
 float32 values, the flat state at 112x112, embedding 512) with each rule of fedmpi/aggregation/registry.py and
-with DP-FedAvg's Gaussian mechanism, against today's weighted mean (the one mat-vec).
+with DP-FedAvg's Gaussian mechanism, against today's weighted mean (the one mat-vec); and what the server's upload
+check adds to every round before any of them (each upload's update norm, nothing out of range).
 
     python -m bench.robust_aggregate [--parties 3 12 100] [--repeats 3] [--threads 1] [--max-gib 6]
 
@@ -12,6 +13,7 @@ trimmed mean beta = 0.1. Best of --repeats (the machine is shared); prints figur
 from __future__ import annotations
 
 import argparse
+import io
 import os
 from types import SimpleNamespace
 
@@ -25,6 +27,7 @@ from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptio
 from fedmpi.aggregation.median import Median
 from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanOptions
+from fedmpi.aggregation.upload_check import UploadCheck
 from fedmpi.config.aggregation import DPConfig
 
 
@@ -63,12 +66,16 @@ def main() -> int:
         g = torch.Generator().manual_seed(P)
         party_rows = PartyRows(P, columns)
         party_rows.rows.copy_(torch.rand(P, columns, generator=g))
-        uploads = SimpleNamespace(rows=party_rows.rows, weighted_mean=party_rows.weighted_sum)
+        uploads = SimpleNamespace(rows=party_rows.rows, weighted_mean=party_rows.weighted_sum, gives_uploads=True,
+                                  upload_names=[f"p{i}" for i in range(P)])
         w = torch.full((P,), 1.0 / P, dtype=torch.float64)
         out, reference = torch.empty(columns), torch.rand(columns, generator=g)
         mean = best_seconds(lambda: party_rows.weighted_sum(w, out), args.repeats) * scale
         note = f"  scaled from {columns / 1e6:.1f} M columns" if scale > 1 else ""
         print(f"{P:>4}  {'mean (today)':<26} {mean:9.3f}  {1.0:7.1f}{note}")
+        check = UploadCheck("exclude", 10.0, reference, stream=io.StringIO())
+        seconds = best_seconds(lambda: check(uploads, w), args.repeats) * scale
+        print(f"{P:>4}  {'+ upload check (norms)':<26} {seconds:9.3f}  {seconds / mean:7.1f}{note}", flush=True)
         for name, rule in rules(P, reference).items():
             seconds = best_seconds(lambda: rule(uploads, w, out), args.repeats) * scale
             print(f"{P:>4}  {name:<26} {seconds:9.3f}  {seconds / mean:7.1f}{note}", flush=True)

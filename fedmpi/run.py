@@ -8,11 +8,10 @@ guard.
 """
 from __future__ import annotations
 
-if __name__ == "__main__":   # before torch and MPI start (glibc reads its malloc tunables at a process's start)
-    from fedmpi.core.malloc import start_again_tuned
-    start_again_tuned()
-
 import argparse
+import contextlib
+import io
+import os
 import datetime
 import sys
 import textwrap
@@ -24,7 +23,8 @@ from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.comm.start import start_mpi
 from fedmpi.config import ConfigError, load_config, to_yaml
 from fedmpi.core import signals
-from fedmpi.memory.check import check_memory
+from fedmpi.core.malloc import start_again_tuned
+from fedmpi.memory.check import check_memory, short_under_glibc_defaults
 from fedmpi.layout import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
@@ -78,6 +78,17 @@ def parse_args(argv):
                              "seed, ...); each change is recorded in the run log (/config, attrs config_changes)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400 model.backbone=ir34")
     return parser.parse_intermixed_args(argv)  # options may come after the overrides, e.g. `k=v --resume auto`
+
+
+def memory_short(argv) -> bool:
+    """Whether this launch's nodes are short of memory under glibc's default malloc (core/malloc.py); quietly:
+    a problem with the command line or the config is main()'s to report."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            args = parse_args(argv)
+            return short_under_glibc_defaults(load_config(args.config, args.overrides), os.environ)
+        except (ConfigError, SystemExit, ValueError):
+            return False
 
 
 def fail(message: str, rank: int) -> int:
@@ -222,6 +233,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # before torch and MPI start: glibc reads its malloc tunables at a process's start (importing this module
+    # starts neither)
+    start_again_tuned(lambda: memory_short(sys.argv[1:]))
     status = main()
     signals.ignore()  # the work is done: a launcher's clean-up signal must not replace this exit status
     sys.exit(status)

@@ -6,12 +6,18 @@ The silo runs reuse the FedFace study's shrink of the paper's settings (jobs/fed
 party sizes, 1 rank per party) in the 3-party layout (setting a) and the 12-party one (setting f); one party
 is bad: its labels shuffled (`parties.NAME.data.shuffle_labels`) or its update sign-flipped and scaled
 (`parties.NAME.attack.scale`), beside clean twins (the same seed, initialisation and data order). Every silo
-run logs each party's effective weight per round (`log.influence`). Labels of each run in the sweep's index:
-  part:    "bad" (a bad party or its clean twin) / "dp" (the privacy-utility curve)
+run logs each party's effective weight per round (`log.influence`). The 10^6-scaled attack (the bad party sends
+Θ − 10^6 (θ_i − Θ)) runs against each defence: FV with the server's upload check (its default) and alone (the
+check off), the check alone (FedAvg), robust rules alone, DP-FedAvg's clipping, and nothing (FedAvg, the check
+off); a run that stops because its global model diverged is a result (state DIVERGED in the index). Labels of
+each run in the sweep's index:
+  part:    "bad" (a bad party or its clean twin) / "dp" (the privacy-utility curve) / "scaled" (the 10^6 attack)
   layout:  "3" / "12" (silo parties) or "cross-device"
   method:  fedavg | fedface | median | trimmed_mean | krum
-  bad:     clean | shuffled | flipped;  party: the bad party's name
+  bad:     clean | shuffled | flipped | scaled;  party: the bad party's name
   seed:    run.seed;  z: DP's noise multiplier (0: no DP)
+  defence: (part "scaled") the defence's key in BadPartyScale.scaled, defence_label: what the report calls it;
+  check:   fed.upload_check.action
 """
 from __future__ import annotations
 
@@ -35,6 +41,19 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Defence:
+    """One defence against the 10^6-scaled attack: a method of the study with extra overrides."""
+    method: str                                     # fedavg | fedface | a robust rule of BadPartyScale.rules
+    overrides: tuple[str, ...] = ()
+    check: str = "exclude"                          # fed.upload_check.action (the label; off is in overrides)
+    label: str = ""                                 # what the report calls it
+    kind: str = "scaled"                            # the bad party's kind: "clean" for the honest twin
+
+
+NO_CHECK = ("fed.upload_check.action=off",)
+
+
+@dataclass(frozen=True)
 class BadPartyScale:
     base: Scale                                     # the FedFace study's shrink (model, data, K, schedule)
     fv: tuple[str, ...]                             # FedFace's FV settings (deterministic schedule)
@@ -49,6 +68,8 @@ class BadPartyScale:
     crossdevice: tuple[str, ...] = ()               # the cross-device runs' overrides (Hsu et al.'s CPU grid)
     crossdevice_ranks: int = 1
     common: tuple[str, ...] = ()
+    scaled: dict = field(default_factory=dict)      # key -> Defence against the 10^6-scaled attack (3 parties)
+    scaled_seeds: tuple[int, ...] = ()
     rationale: str = ""
 
 
@@ -110,9 +131,19 @@ SCALES = {
         base=CPU_BASE,
         fv=("fv.iterations_per_round=2", "fv.T=3", "fv.phi=0.2"),
         bad={"shuffled": ("parties.{party}.data.shuffle_labels=true",),
-             "flipped": ("parties.{party}.attack.scale=-4",)},
+             "flipped": ("parties.{party}.attack.scale=-4",), "scaled": ("parties.{party}.attack.scale=-1e6",)},
         rules={"median": robust("median"), "trimmed_mean": robust("trimmed_mean", **{"12": {"beta": 0.1}}),
                "krum": robust("krum", **{"3": {"f": 0}, "12": {"f": 1}})},
+        scaled={"fedface": Defence("fedface", label="FV + the upload check"),
+                "fedface-nocheck": Defence("fedface", NO_CHECK, "off", "FV alone"),
+                "fedavg": Defence("fedavg", label="the upload check alone"),
+                "median-nocheck": Defence("median", NO_CHECK, "off", "FedMedian alone"),
+                "krum-nocheck": Defence("krum", NO_CHECK, "off", "Krum alone"),
+                "dp": Defence("fedavg", ("fed.dp.enabled=true", "fed.dp.noise_multiplier=0.003", "fed.dp.clip=20.0"),
+                              label="DP-FedAvg's clipping (C = 20, z = 0.003)"),
+                "fedavg-nocheck": Defence("fedavg", NO_CHECK, "off", "none (FedAvg, the check off)"),
+                "honest": Defence("fedface", label="no attack (FedFace): the honest parties' norms", kind="clean")},
+        scaled_seeds=(0, 1),
         cells=(Cell("3", ("fedavg", "fedface"), KINDS, (0, 1, 2)),
                Cell("3", ("median", "krum"), KINDS, (0, 1)),
                Cell("12", ("fedavg", "fedface", "median", "trimmed_mean", "krum"), ("shuffled", "flipped"), (0, 1)),
@@ -181,20 +212,33 @@ def dp_runs(scale: BadPartyScale) -> list[RunSpec]:
     return runs
 
 
+def scaled_attack_runs(scale: BadPartyScale) -> list[RunSpec]:
+    """The 10^6-scaled attack on ga among 3 parties, against each defence of `scale.scaled` (and its honest twin,
+    whose update norms say what the check's norm_ratio must leave room for), seed by seed."""
+    return [_silo(scale, "3", f"p3-{key}-{defence.kind}-s{seed}", defence.method, defence.kind, seed,
+                  defence.overrides,
+                  part="scaled", defence=key, defence_label=defence.label, check=defence.check,
+                  z=next((float(o.split("=")[1]) for o in defence.overrides if "noise_multiplier" in o), 0.0))
+            for seed in scale.scaled_seeds for key, defence in scale.scaled.items()]
+
+
 def study(scale: BadPartyScale) -> list[RunSpec]:
-    return sorted([*bad_party_runs(scale), *dp_runs(scale)], key=_priority)
+    return sorted([*bad_party_runs(scale), *dp_runs(scale), *scaled_attack_runs(scale)], key=_priority)
 
 
 def _priority(run: RunSpec) -> tuple:
     """The order runs go in, so that a study cut short has its most telling runs: 3 parties with FedAvg and
-    FedFace seed by seed, the robust rules, the privacy-utility curve, 12 parties without FedFace (the
+    FedFace seed by seed, the robust rules, the privacy-utility curve, the 10^6-scaled attack against each
+    defence, 12 parties without FedFace (the
     flipped update first: a shuffled party among 12 moves FedAvg little), then FedFace among 12 parties (its FV
     costs most)."""
     labels = run.labels
     rank = {"fedface": 0, "fedavg": 1, "median": 2, "krum": 3, "trimmed_mean": 4}.get(labels["method"], 5)
-    kind = {"shuffled": 0, "flipped": 1, "clean": 2}[labels["bad"]]
+    kind = {"shuffled": 0, "flipped": 1, "clean": 2, "scaled": 3}[labels["bad"]]
     if labels["part"] == "dp":
         return (2.5, labels["layout"], labels["z"])
+    if labels["part"] == "scaled":
+        return (2.7, labels["seed"], rank, labels["defence"])
     if labels["layout"] == "3":
         return (0 if rank <= 1 else 2, labels["seed"], rank, kind)
     return (5 if rank == 0 else 3, -kind, labels["seed"], rank)

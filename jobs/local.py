@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from fedmpi.analysis.sweep_index import write_index
+from fedmpi.errors import EXIT_DIVERGED
 from jobs.mpirun import mpirun_binary
 from jobs.site import ROOT
 
@@ -33,7 +34,8 @@ def local_env() -> dict:
 
 def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: float, lock: str | None = None,
                      lock_hold_s: float = 0.0) -> None:
-    """Each row in turn; its state becomes COMPLETED, FAILED (exit status recorded) or TIMEOUT, and `wall_s`
+    """Each row in turn; its state becomes COMPLETED, DIVERGED (the run stopped because its global model diverged,
+    fedmpi.errors.EXIT_DIVERGED: a result), FAILED (exit status recorded) or TIMEOUT, and `wall_s`
     records the seconds its mpirun took (start-up included), `cpu_s` the user + system CPU seconds of mpirun and
     every process it waited for (the ranks). Runs start in the repository's root, so that paths relative to it in
     the rows stay relative in the logs. `lock`: a file the runs hold (flock) only while they run, so that other
@@ -55,7 +57,8 @@ def run_rows_locally(rows: list[dict], folder: Path, index: dict, timeout_s: flo
                 with open(output / "stdout.txt", "w") as out, open(output / "stderr.txt", "w") as err:
                     code = subprocess.run(cmd, stdout=out, stderr=err, env=local_env(), timeout=timeout_s,
                                           cwd=ROOT).returncode
-                row.update(state="COMPLETED" if code == 0 else "FAILED", exit_status=code)
+                row.update(state="COMPLETED" if code == 0 else "DIVERGED" if code == EXIT_DIVERGED else "FAILED",
+                           exit_status=code)
             except subprocess.TimeoutExpired:
                 row.update(state="TIMEOUT", exit_status=None)
             holder.release_if_spent()

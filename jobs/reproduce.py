@@ -1,5 +1,7 @@
-"""`python -m jobs.reproduce fedface --scale cpu [--slurm] [key=value ...]`: run FedFace's study (Table 1,
-Fig. 4-6 and a bad-party run; jobs/fedface_study.py) through the sweep machinery of jobs/sweep.py -- here under
+"""`python -m jobs.reproduce fedface|badparty|hsu --scale cpu [--slurm] [key=value ...]`: run a study (FedFace's
+Table 1, Fig. 4-6 and a bad-party run, jobs/fedface_study.py; a bad party, robust rules and DP,
+jobs/badparty_study.py; Hsu et al.'s claims, jobs/hsu_study.py, whose second stage of runs is chosen from the
+first's results) through the sweep machinery of jobs/sweep.py -- here under
 mpirun one run after another, or with --slurm as job arrays (waiting for them, bounded by --timeout) -- then
 write the results file (default docs/results/fedface_<scale>.md, figures beside it) from the runs' HDF5 logs
 with fedmpi/analysis/fedface_report.py. The sweep folder (logs, index.json with every run's wall and CPU time) is
@@ -21,7 +23,8 @@ from pathlib import Path
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
 from jobs.frbaselines_study import SCALES as FR_SCALES, study as fr_study
-from fedmpi.analysis.sweep_index import read_index, write_index
+from jobs.hsu_study import SCALES as HSU_SCALES, follow_up as hsu_follow_up, study as hsu_study
+from fedmpi.analysis.sweep_index import ended, read_index, write_index
 from jobs.local import children_cpu_s
 from jobs.site import ROOT, Site, load_site
 from jobs.sweep import execute, planned_rows, print_plan
@@ -30,7 +33,10 @@ from jobs.sweep_plans import RunSpec
 # study -> (its scales, its runs at a scale, the function that writes its results file from the logs)
 STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
            "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report"),
-           "fr-baselines": (FR_SCALES, fr_study, "fedmpi.analysis.frbaselines_report:write_report")}
+           "fr-baselines": (FR_SCALES, fr_study, "fedmpi.analysis.frbaselines_report:write_report"),
+           "hsu": (HSU_SCALES, hsu_study, "fedmpi.analysis.hsu_report:write_report")}
+# study -> the runs it adds once its first runs are done, chosen from their results (scale, folder) -> runs
+FOLLOW_UPS = {"hsu": hsu_follow_up}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 
@@ -72,10 +78,10 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
              "where": "slurm" if args.slurm else "local", "sessions": []}
     if args.resume and (folder / "index.json").is_file():
         earlier = read_index(folder)
-        done = {r["name"]: r for r in earlier["runs"] if r.get("state") == "COMPLETED"}
+        done = {r["name"]: r for r in earlier["runs"] if ended(r)}
         rows = [done.get(row["name"], row) for row in rows]
         for row in rows:
-            if row["state"] != "COMPLETED":    # a run cut short continues from its checkpoint (or starts over,
+            if not ended(row):    # a run cut short continues from its checkpoint (or starts over,
                 row["args"] = ["--resume", "auto"]    # its partial log kept under another name)
         before = earlier.get("study", study)
         sessions = before.get("sessions") or ([{k: before.get(k) for k in SESSION_KEYS}] if "wall_s" in before else [])
@@ -83,7 +89,7 @@ def run_study(name: str, runs: list[RunSpec], folder: Path, site: Site, args, ar
     session = {"command": command_line(argv), "commit": git_commit(),
                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "load_before": [round(v, 2) for v in os.getloadavg()],
-               "runs": [r["name"] for r in rows if r["state"] != "COMPLETED"]}
+               "runs": [r["name"] for r in rows if not ended(r)]}
     cpu_before, start = children_cpu_s(), time.monotonic()
     execute(name, rows, folder, site, local=not args.slurm, wait=True, timeout_s=args.timeout,
             extra={"study": study}, lock=args.lock, lock_hold_s=args.lock_hold)
@@ -150,19 +156,27 @@ def main(argv: list[str] | None = None) -> int:
     extra = [o for o in args.overrides] + ([] if any(o.startswith("data.root=") for o in args.overrides)
                                            else [f"data.root={folder / 'data'}"])
     scale = scales[args.scale]
-    runs = [RunSpec(r.name, r.config, r.overrides + tuple(extra), r.labels) for r in make(scale)]
     patterns = [p for item in args.only for p in item.split(",") if p]
-    if patterns:
-        runs = [r for r in runs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
-        if not runs:
-            print(f"error: --only {','.join(patterns)}: no run of the study matches", file=sys.stderr)
-            return 2
+
+    def planned(specs) -> list[RunSpec]:
+        specs = [RunSpec(r.name, r.config, r.overrides + tuple(extra), r.labels) for r in specs]
+        return [r for r in specs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)] if patterns else specs
+
+    runs = planned(make(scale))
+    if patterns and not runs:
+        print(f"error: --only {','.join(patterns)}: no run of the study matches", file=sys.stderr)
+        return 2
     try:
         if args.dry_run:
             print_plan(planned_rows(runs, folder, Site(cpu=True) if not args.slurm else load_site()), folder)
             return 0
         if not args.report_only:
-            run_study(args.study, runs, folder, load_site() if args.slurm else Site(cpu=True), args, argv)
+            site = load_site() if args.slurm else Site(cpu=True)
+            run_study(args.study, runs, folder, site, args, argv)
+            if args.study in FOLLOW_UPS:   # the completed runs are kept, the chosen ones added
+                more = planned(FOLLOW_UPS[args.study](scale, folder))
+                run_study(args.study, runs + more, folder, site, argparse.Namespace(**{**vars(args), "resume": True}),
+                          argv)
         module, function = report.split(":")
         write_report = getattr(importlib.import_module(module), function)
         write_report(folder, out, scale.rationale,
@@ -171,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     index = read_index(folder)
-    failed = [r["name"] for r in index["runs"] if r.get("state") != "COMPLETED"]
+    failed = [r["name"] for r in index["runs"] if not ended(r)]
     if failed:
         print(f"error: {len(failed)} run(s) did not complete: {', '.join(failed)} (see {folder}/runs/NAME/"
               "stderr.txt); the results file says so", file=sys.stderr)

@@ -17,7 +17,7 @@ import submitit
 
 from jobs.executor import allocation_for, layout_of, make_executor
 from jobs.hsu_sweep import add_grid_arguments, grid_from_args
-from fedmpi.analysis.sweep_index import new_index, read_index, write_index
+from fedmpi.analysis.sweep_index import ended, new_index, read_index, write_index
 from jobs.site import ROOT, Site, load_site
 from jobs.sweep_plans import RunSpec, plan
 from jobs.task import FedmpiTask, RunResult
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.status:
             index = refresh(Path(args.status), args.timeout if args.wait else 0.0)
             print_table(index["runs"])
-            return 0 if all(r["state"] == "COMPLETED" for r in index["runs"]) else 1
+            return 0 if all(ended(r) for r in index["runs"]) else 1
         if not args.name:
             parser.error("give a sweep name (fig4, table1, fig5, hsu) or --status FOLDER")
         bad = [o for o in args.overrides if "=" not in o]
@@ -152,14 +152,15 @@ def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: boo
             lock_hold_s: float = 0.0) -> bool:
     """Run planned rows here one after another (local; timeout_s bounds each run) or submit them to Slurm
     (waiting at most timeout_s when `wait`); {folder}/index.json records them, with `extra` keys at its top.
-    Rows already COMPLETED (carried over from an earlier index) are recorded but not run again. `lock`: a file
+    Rows that already ended (COMPLETED or DIVERGED, carried over from an earlier index) are recorded but not run
+    again. `lock`: a file
     the local runs hold (flock) only while they run, released after each run or once held lock_hold_s seconds
     (jobs/local.py).
-    Returns whether every run completed (False for a submission not waited for)."""
+    Returns whether every run ended with its result (False for a submission not waited for)."""
     folder.mkdir(parents=True, exist_ok=True)
     index = {**new_index(name, folder), **(extra or {})}
     index["runs"] = rows
-    pending = [r for r in rows if r["state"] != "COMPLETED"]
+    pending = [r for r in rows if not ended(r)]
     if local:
         from jobs.local import run_rows_locally
         run_rows_locally(pending, folder, index, timeout_s, lock, lock_hold_s)
@@ -170,7 +171,7 @@ def execute(name: str, rows: list[dict], folder: Path, site: Site, *, local: boo
         if wait:
             wait_rows(pending, jobs, folder, index, timeout_s)
     print_table(rows)
-    return (local or wait) and all(r["state"] == "COMPLETED" for r in rows)
+    return (local or wait) and all(ended(r) for r in rows)
 
 
 if __name__ == "__main__":

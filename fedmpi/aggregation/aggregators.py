@@ -34,6 +34,9 @@ class Aggregator:
     name: ClassVar[str] = "base"
     label: ClassVar[str] = "Base"
     needs_uploads: ClassVar[bool] = False   # True: reads uploads.rows (every upload), not only the weighted mean
+    # True: bounds every update's norm itself (DP's clip): the upload check then applies no ratio rule and counts
+    # an excluded upload as a zero update at its weight (aggregation/upload_check.py)
+    clips_uploads: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions     # its fed.aggregation options besides `rule`
 
     def __init__(self, options=None):

@@ -55,6 +55,7 @@ class GaussianMechanism(Aggregator):
         self.inner, self.count, self.nonnegative = inner, count, tuple(nonnegative)
         self.clip_at_server = clip_at_server
         self.needs_uploads = clip_at_server or inner.needs_uploads
+        self.clips_uploads = clip_at_server
         self.clip = float(options.clip)
         self.count_noise = options.count_noise or count / 20
         self.z = (update_noise_multiplier(options.noise_multiplier, self.count_noise) if options.adaptive

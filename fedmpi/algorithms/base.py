@@ -79,6 +79,10 @@ class Algorithm:
     # parties (PrivacyFace's DP clusters). Chosen by the rule alone; printed at a run's start and kept in its log.
     class_payload: ClassVar[str] = ""
     class_columns: ClassVar[dict] = {}              # the log's `classes` table: what class_step / relay return
+    # Whether the local step may run on a cohort's parameters stacked along a leading client dimension
+    # (crossdevice/cohort.py): its arithmetic element by element, Θ and the down payloads broadcast over the
+    # clients. False for a rule that reshapes what it reads (PFM's flat M).
+    cohort_vectorisable: ClassVar[bool] = True
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):

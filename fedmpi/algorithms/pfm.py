@@ -21,6 +21,7 @@ class PFM(Algorithm):
     name = "pfm"
     global_state = ("global_momentum",)   # M is a function of the global models (eq. 6): one per trainer
     local_momentum_default = None         # eq. 3: the local step applies beta M / K (beta = optim.momentum)
+    cohort_vectorisable = False           # M's parameter-shaped views are of one model's shapes
 
     def __init__(self, options=None, *, momentum: float = 0.9, **kw):
         super().__init__(options, **kw)

@@ -83,3 +83,43 @@ def privacy_figure(outcomes: dict, path: Path) -> bool:
         ax.legend(fontsize=7)
     save_figure(fig, path)
     return True
+
+
+def scaled_figure(outcomes: dict, path: Path) -> bool:
+    """The 10^6-scaled attack: per defence, the held-out accuracy of each seed (a stopped run marked at the bottom,
+    with its round) beside the same rule's clean twins; and the bad party's update norm over the others' median,
+    round by round, with the check's norm_ratio."""
+    runs = pick(outcomes, part="scaled")
+    if not runs:
+        return False
+    defences = list(dict.fromkeys(o.labels["defence"] for o in runs))
+    names = {o.labels["defence"]: o.labels.get("defence_label") or o.labels["defence"] for o in runs}
+    fig, (acc, norm) = panel_grid(2, max_cols=2, size=(6.4, 4.2))
+    floor = 45.0
+    for i, defence in enumerate(defences):
+        for o in pick(outcomes, part="scaled", defence=defence):
+            seed = o.labels["seed"]
+            twin = pick(outcomes, part="bad", layout="3", method=o.labels["method"], bad="clean", seed=seed)
+            if twin:
+                acc.plot(i + 0.12 * seed, twin[0].accuracy, "_", color="grey", ms=12)
+            if o.stopped is not None or o.diverged_round is not None:
+                acc.plot(i + 0.12 * seed, floor + 1, "x", color="C3", ms=7)
+                acc.annotate(f"r{o.stopped_round or o.diverged_round}", (i + 0.12 * seed, floor + 2), fontsize=6,
+                             color="C3", ha="center")
+            else:
+                acc.plot(i + 0.12 * seed, o.accuracy, "o", color=f"C{seed}", ms=4)
+            ratios = o.ratios_per_round
+            if ratios.size and np.isfinite(ratios).any():
+                norm.semilogy(np.arange(1, ratios.size + 1), ratios, ".-", color=f"C{i}", lw=0.8,
+                              label=names[defence] if seed == 0 else None)
+    acc.set_xticks(range(len(defences)), [names[d] for d in defences], rotation=30, ha="right", fontsize=7)
+    acc.set_ylim(floor, None)
+    acc.set_ylabel("held-out accuracy % (x: stopped, its round)", fontsize=8)
+    acc.set_title("ga sends Θ − 10^6 (θ_ga − Θ); grey: clean twin", fontsize=9)
+    norm.axhline(10, color="grey", ls="--", lw=0.8, label="fed.upload_check.norm_ratio (10)")
+    norm.set_xlabel("round")
+    norm.set_ylabel("‖θ_ga − Θ‖ / the others' median", fontsize=8)
+    norm.set_title("the bad party's update norm, as the check measures it", fontsize=9)
+    norm.legend(fontsize=6)
+    save_figure(fig, path)
+    return True

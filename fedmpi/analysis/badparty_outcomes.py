@@ -1,9 +1,11 @@
 """The bad-party and privacy study's runs as outcomes: one per run of the sweep, read from its HDF5 log with the
-labels its index.json gives it (part, layout, method, kind of bad party, seed, noise multiplier), and the
-privacy-utility points they make."""
+labels its index.json gives it (part, layout, method, kind of bad party, seed, noise multiplier, defence), and the
+privacy-utility points they make. A run that stopped because its global model diverged (state DIVERGED) is an
+outcome too: the round it stopped in and its one line, from its stderr.txt beside the log."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +21,19 @@ SETTING_NAMES = {"3": "silo, 3 parties (FedAvg)", "cross-device": "cross-device,
 
 
 class Outcome:
-    """What the report reads of one run's log."""
+    """What the report reads of one run's log; `stopped`: the line a diverged run stopped with (its log may hold
+    the rounds before, or nothing where it stopped in its first round)."""
 
-    def __init__(self, path: Path, labels: dict):
-        self.labels = labels
-        with LogReader(path) as log:
-            parties, ev = log.parties, log.table("eval")
-            fv, influence, privacy = log.table("fv"), log.table("influence"), log.table("privacy")
-            sets = log.val_sets
+    def __init__(self, path: Path, labels: dict, stopped: str | None = None):
+        self.labels, self.stopped = labels, stopped
+        found = re.search(r"round (\d+): ", stopped or "")
+        self.stopped_round = int(found.group(1)) if found else None
+        parties, ev, fv, influence, privacy, rounds, sets = [], {}, {}, {}, {}, {}, []
+        if Path(path).is_file() or stopped is None:
+            with LogReader(path) as log:
+                parties, ev, rounds = log.parties, log.table("eval"), log.table("rounds")
+                fv, influence, privacy = log.table("fv"), log.table("influence"), log.table("privacy")
+                sets = log.val_sets
         bad = parties.index(labels["party"]) if labels.get("party") in parties else None
         # the mean over the held-out pair sets (silo), or the test set's accuracy (cross-device)
         self.sets = [s for s in sets or ["test"] if len(ev.get(f"{s}/accuracy", ()))]
@@ -46,10 +53,24 @@ class Outcome:
         self.epsilon = float(privacy["epsilon"][-1]) if privacy else 0.0
         self.clip = float(privacy["clip"][-1]) if privacy else math.nan
         self.uniform = 1 / len(parties) if parties else math.nan
+        # the server's upload check (logs written before it have neither column)
+        norms = rounds.get("update_norm") if bad is not None else None
+        self.ratios_per_round = (np.array([judge_ratio(row)[bad] for row in norms]) if norms is not None
+                                 else np.zeros(0))
+        finite = self.ratios_per_round[np.isfinite(self.ratios_per_round)]
+        self.norm_ratio = float(np.median(finite)) if finite.size else math.nan
+        every = np.array([judge_ratio(row) for row in norms]) if norms is not None and len(norms) else np.zeros(0)
+        self.largest_ratio = float(every[np.isfinite(every)].max()) if np.isfinite(every).any() else math.nan
+        excluded = rounds.get("uploads_excluded") if bad is not None else None
+        self.excluded_rounds = int(excluded[:, bad].sum()) if excluded is not None else 0
+        self.rounds_logged = len(rounds.get("round", ()))
 
     @property
     def shown_accuracy(self):
-        """The held-out accuracy, or "diverged (round N)"."""
+        """The held-out accuracy, "stopped (round N)" for a run that ended there, or "diverged (round N)" for one
+        whose evaluation found its model's embeddings not finite."""
+        if self.stopped is not None:
+            return f"stopped (round {self.stopped_round})"
         return f"diverged (round {self.diverged_round})" if self.diverged_round else self.accuracy
 
     @property
@@ -67,9 +88,28 @@ def on_simplex_plane(weights: np.ndarray) -> np.ndarray:
     return weights - (weights.sum(axis=1, keepdims=True) - 1) / weights.shape[1]
 
 
+def judge_ratio(norms: np.ndarray) -> np.ndarray:
+    """Each upload's update norm over the median of the others' (the upload check's ratio)."""
+    from fedmpi.aggregation.upload_check import judge
+
+    return judge(np.asarray(norms, dtype=np.float64), math.inf)[0]
+
+
+def stop_line(folder: Path) -> str:
+    """The one line a diverged run's server stopped it with (from its stderr.txt), without the rank's prefix."""
+    path = folder / "stderr.txt"
+    lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    found = next((line.strip() for line in lines if line.strip().startswith("rank 0 (server): ")), "")
+    return found.split(": ", 1)[1] if found else "(no line in stderr.txt)"
+
+
 def read_outcomes(report: Report) -> dict[str, Outcome]:
-    return {name: Outcome(report.folder / "runs" / name / "log.h5", report.rows[name]["labels"])
-            for name in report.rows if name in report.done}
+    runs = report.folder / "runs"
+    outcomes = {name: Outcome(runs / name / "log.h5", report.rows[name]["labels"])
+                for name in report.rows if name in report.done}
+    outcomes.update({name: Outcome(runs / name / "log.h5", report.rows[name]["labels"], stop_line(runs / name))
+                     for name in report.rows if name in report.diverged})
+    return outcomes
 
 
 def pick(outcomes: dict, **labels) -> list[Outcome]:

@@ -3,16 +3,19 @@ badparty`): from the HDF5 logs of the study's sweep folder, (1) FedFace's final 
 seed against its clean twin, with held-out accuracy of FedFace and FedAvg; (2) held-out accuracy and the bad
 party's influence (its effective weight in the round's combination, the log's `influence` table) for every rule,
 layout and kind of bad party; (3) held-out accuracy against ε (the log's `privacy` table) for DP-FedAvg in the
-silo and cross-device settings. Which run goes where comes from the labels in the sweep's index.json. A run whose
-evaluation logged NaN (its model's embeddings not finite) is shown as "diverged (round N)", N the first such
-evaluation's round, and left out of the means (which say how many of their runs diverged)."""
+silo and cross-device settings; (4) what each defence does against the 10^6-scaled attack: the outcome, how often
+the server's upload check excluded the bad party, its update norm against the others' (the /rounds table), FV's
+weight and its influence, and the line a stopped run ended with. Which run goes where comes from the labels in the
+sweep's index.json. A run whose evaluation logged NaN (its model's embeddings not finite) is shown as "diverged
+(round N)", N the first such evaluation's round, and left out of the means (which say how many of their runs
+diverged); a run that stopped because its global model diverged as "stopped (round N)"."""
 from __future__ import annotations
 
 import math
 import time
 from pathlib import Path
 
-from fedmpi.analysis.badparty_figures import accuracy_figure, privacy_figure, weights_figure
+from fedmpi.analysis.badparty_figures import accuracy_figure, privacy_figure, scaled_figure, weights_figure
 from fedmpi.analysis.badparty_outcomes import KINDS, METHOD_LABELS, Outcome, dp_points, pick, read_outcomes  # noqa: F401
 from fedmpi.analysis.fedface_claims import mean_half_range
 from fedmpi.analysis.fedface_report import Report
@@ -96,6 +99,29 @@ def dp_table(outcomes: dict) -> Table:
                          "held-out acc. % (mean ± half range)", "per seed", "seeds"], rows=rows, digits=4)
 
 
+def scaled_table(outcomes: dict) -> tuple[Table, list[str]]:
+    """Per defence and seed against the 10^6-scaled attack: the outcome next to the same rule's clean twin, the
+    rounds the check excluded the bad party in, its update norm over the others' median, FV's final weight of it
+    and its influence; and the lines the stopped runs ended with."""
+    rows, lines = [], []
+    for o in pick(outcomes, part="scaled"):
+        labels = o.labels
+        twin = next(iter(pick(outcomes, part="bad", layout="3", method=labels["method"], bad="clean",
+                              seed=labels["seed"])), None)
+        rows.append([labels.get("defence_label") or labels["defence"], labels["check"], labels["seed"],
+                     o.shown_accuracy, twin.accuracy if twin else math.nan,
+                     f"{o.excluded_rounds} of {o.rounds_logged}", o.norm_ratio, o.largest_ratio, o.final_w,
+                     o.mean_influence])
+        if o.stopped is not None:
+            lines.append(f"- {labels.get('defence_label') or labels['defence']}, seed {labels['seed']}: "
+                         f"`{o.stopped}`")
+    return Table(header=["defence", "fed.upload_check.action", "seed", "held-out acc. %", "clean twin %",
+                         "rounds the bad party was excluded", "its update norm / the others' median (median over "
+                         "rounds)", "largest of any party", "FV w_bad (final)", "influence of the bad party (mean)"],
+                 rows=rows,
+                 digits=3), lines
+
+
 def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
     folder, out = Path(folder), Path(out)
     report = Report(folder, out)
@@ -125,6 +151,16 @@ def write_report(folder: Path, out: Path, rationale: str = "", written_by: str =
     body += ["", "**Every run**", "", render(per_seed_table(outcomes), "md")]
     report.section("Held-out accuracy and the bad party's influence per rule", names(part="bad"), started,
                    body, "the /eval and /influence tables")
+
+    started = time.monotonic()
+    if pick(outcomes, part="scaled") or names(part="scaled"):
+        table, stops = scaled_table(outcomes)
+        body = [render(table, "md"), *(["", "Stopped runs, the one line each ended with:", "", *stops] if stops
+                                        else [])]
+        if scaled_figure(outcomes, report.figure("scaled")):
+            body += ["", report.png(report.figure("scaled"), "the 10^6-scaled attack per defence")]
+        report.section("The 10^6-scaled attack (3 parties): what each defence does", names(part="scaled"),
+                       started, body, "the /rounds, /fv, /influence and /eval tables and the stopped runs' stderr")
 
     started = time.monotonic()
     body = [render(dp_table(outcomes), "md")]

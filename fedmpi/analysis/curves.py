@@ -1,5 +1,6 @@
-"""Training curves of one or more runs: each party's training loss and the held-out evaluation metric of each
-validation set, against the training step.
+"""Training curves of one or more runs: each party's training loss, each party's update norm ‖θ_i − Θ‖ (where the
+logs have it: a party drifting away from the others shows there before it breaks anything), and the held-out
+evaluation metric of each validation set, against the training step.
 
 The loss panel shows every round's per-party mean loss (faint) and its exponential smoothing
 s_t = f s_(t-1) + (1 - f) x_t, s_0 = x_0 (--smooth f; 0 draws the per-round values only). A centralized run
@@ -42,6 +43,19 @@ def loss_series(run: Run, factor: float) -> list[dict]:
     return out
 
 
+def norm_series(run: Run) -> list[dict]:
+    """Per party with a measured update norm: {'run', 'panel': 'update_norm', 'series': party, 'steps', 'values'}."""
+    steps = run.rounds.get("step", np.zeros(0, dtype=np.int64))
+    out = []
+    for party in run.parties:
+        values = run.update_norm(party)
+        if values.size and np.isfinite(values).any():
+            values = np.where(np.isfinite(values), values, np.nan)     # a non-finite upload: a gap (and excluded)
+            out.append({"run": run.label, "panel": "update_norm", "series": party_label(party), "steps": steps,
+                        "values": values, "smoothed": values})
+    return out
+
+
 def metric_series(run: Run, val_set: str, metric: str) -> dict:
     """{'run', 'panel': set, 'series': metric, 'steps', 'values' (%)} of one validation set."""
     values = run.eval_metric(val_set, metric)
@@ -51,8 +65,11 @@ def metric_series(run: Run, val_set: str, metric: str) -> dict:
 
 def curves_figure(runs: list[Run], sets: list[str], metric: str, factor: float, path: str, pdf: bool = False):
     plt = pyplot()
-    fig, axes = panel_grid(1 + len(sets), max_cols=3, size=(5.6, 4.0))
-    loss_ax, set_axes = axes[0], axes[1:]
+    norms = [norm_series(run) for run in runs]
+    drawn = 1 + any(norms)
+    fig, axes = panel_grid(drawn + len(sets), max_cols=3, size=(5.6, 4.0))
+    loss_ax, set_axes = axes[0], axes[drawn:]
+    norm_ax = axes[1] if drawn == 2 else None
     run_colors = plt.get_cmap("tab10")
     for k, run in enumerate(runs):
         series = loss_series(run, factor)
@@ -64,6 +81,9 @@ def curves_figure(runs: list[Run], sets: list[str], metric: str, factor: float, 
             if factor > 0:
                 loss_ax.plot(s["steps"], s["values"], color=color, alpha=0.25, linewidth=0.8, linestyle=style)
             loss_ax.plot(s["steps"], s["smoothed"], color=color, linestyle=style, linewidth=1.6, label=label)
+            drift = next((n for n in norms[k] if n["series"] == s["series"]), None)
+            if norm_ax is not None and drift is not None:
+                norm_ax.plot(drift["steps"], drift["values"], color=color, linestyle=style, marker=".", label=label)
         for val_set, ax in zip(sets, set_axes):
             s = metric_series(run, val_set, metric)
             ax.plot(s["steps"], s["values"], marker="o", markersize=3, color=run_colors(k % 10), label=run.label)
@@ -73,6 +93,12 @@ def curves_figure(runs: list[Run], sets: list[str], metric: str, factor: float, 
     loss_ax.set_ylabel("training loss")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend(fontsize=7, title="run \u00b7 party" if len(runs) > 1 else "party", title_fontsize=7)
+    if norm_ax is not None:
+        norm_ax.set_yscale("log")
+        norm_ax.set_title("update norm ‖θ_i − Θ‖ per party (the server's check)", fontsize=10)
+        norm_ax.set_xlabel("training step")
+        norm_ax.set_ylabel("‖θ_i − Θ‖")
+        norm_ax.grid(alpha=0.3)
     for val_set, ax in zip(sets, set_axes):
         ax.set_title(f"held-out {val_set}", fontsize=10)
         ax.set_xlabel("training step")
@@ -87,13 +113,14 @@ def curves_figure(runs: list[Run], sets: list[str], metric: str, factor: float, 
 
 
 def write_series(runs: list[Run], sets: list[str], metric: str, factor: float, path: str) -> None:
-    """The plotted data as long CSV: run, panel (loss or a validation set), series, step, value, smoothed."""
+    """The plotted data as long CSV: run, panel (loss, update_norm or a validation set), series, step, value,
+    smoothed."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "panel", "series", "step", "value", "smoothed"])
         for run in runs:
-            for s in [*loss_series(run, factor), *(metric_series(run, v, metric) for v in sets)]:
+            for s in [*loss_series(run, factor), *norm_series(run), *(metric_series(run, v, metric) for v in sets)]:
                 for step, value, smoothed in zip(s["steps"], s["values"], s["smoothed"]):
                     writer.writerow([s["run"], s["panel"], s["series"], int(step), _num(value), _num(smoothed)])
 

@@ -34,6 +34,8 @@ class Report:
         self.index = read_index(folder)
         self.rows = {r["name"]: r for r in self.index["runs"]}
         self.done = {n for n, r in self.rows.items() if r.get("state") == "COMPLETED"}
+        # stopped because their global model diverged (fedmpi.errors.EXIT_DIVERGED): a result, not a missing run
+        self.diverged = {n for n, r in self.rows.items() if r.get("state") == "DIVERGED"}
         self.lines: list[str] = []
 
     def runs(self, specs: list[tuple[str, str]]):
@@ -63,7 +65,7 @@ class Report:
 
     def section(self, title: str, names: list[str], started: float, body: list[str], what: str) -> None:
         wall = sum(self.rows[n].get("wall_s") or 0 for n in dict.fromkeys(names))
-        missing = [n for n in dict.fromkeys(names) if n not in self.done]
+        missing = [n for n in dict.fromkeys(names) if n not in self.done | self.diverged]
         runs = (f"; from {len(set(names))} runs that took {wall / 60:.1f} min of wall time together" if names
                 else "")
         self.lines += [f"## {title}", "",

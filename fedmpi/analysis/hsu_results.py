@@ -79,6 +79,23 @@ def mean_over_seeds(results: list[Result]) -> dict[tuple, tuple[float, int, floa
     return {key: (float(np.mean(values)), len(values), float(np.ptp(values)) / 2) for key, values in groups.items()}
 
 
+def best_settings(results: list[Result], per_beta: bool = False) -> dict[tuple, tuple[float, float]]:
+    """(algorithm, [beta,] epochs, fraction, alpha) -> the (client lr, beta) of the highest final accuracy averaged
+    over the seeds that every setting of the cell ran (the tuning seed, where only the best setting ran more
+    seeds: jobs/hsu_study.py); ties go to the smaller eta_eff. per_beta: each server momentum its own cell."""
+    runs = defaultdict(lambda: defaultdict(dict))
+    for r in results:
+        cell_key = (r.algorithm, r.beta, r.epochs, r.fraction, r.alpha) if per_beta else \
+            (r.algorithm, r.epochs, r.fraction, r.alpha)
+        runs[cell_key][(r.lr, r.beta)][r.seed] = r.accuracy
+    best = {}
+    for cell_key, settings in runs.items():
+        common = set.intersection(*(set(seeds) for seeds in settings.values()))
+        score = {s: float(np.mean([seeds[k] for k in common])) for s, seeds in settings.items()}
+        best[cell_key] = max(score, key=lambda s: (score[s], -s[0] / (1 - s[1])))
+    return best
+
+
 def cell(mean: float, seeds: int, spread: float) -> str:
     """'0.750 ±0.050' (the seed spread, with two or more seeds), '0.750' (one seed), '-' (no run)."""
     if mean != mean:

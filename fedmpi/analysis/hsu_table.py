@@ -3,7 +3,7 @@
 Rows: reporting fraction C (largest first), columns: alpha (largest first), one panel per local epochs E. Each
 cell is the final test accuracy of the best setting, averaged over the population seeds (± half the range over
 the seeds, with two or more): FedAvg's best client lr, and FedAvgM's best (client lr, beta), each chosen by its
-seed-mean. FedAvg and FedAvgM side by side as "FedAvg / FedAvgM" (text, md) or as two columns per alpha (csv).
+mean over the seeds every setting of the cell ran (a study that tunes on one seed: that seed's). FedAvg and FedAvgM side by side as "FedAvg / FedAvgM" (text, md) or as two columns per alpha (csv).
 Then, per (E, C), the same at equal effective learning rate eta_eff = eta / (1 - beta): rows eta_eff, each cell
 FedAvg at lr eta_eff against FedAvgM at lr eta_eff (1 - beta), where the sweep ran both."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 
 from fedmpi.algorithms.registry import RULES
 from fedmpi.analysis.methods import method_label
-from fedmpi.analysis.hsu_results import cell, load_results, mean_over_seeds
+from fedmpi.analysis.hsu_results import best_settings, cell, load_results, mean_over_seeds
 from fedmpi.analysis.run_log import cli
 from fedmpi.analysis.tables import Table, add_table_args, emit, render
 
@@ -23,12 +23,13 @@ def label(algorithm: str) -> str:
 
 
 def best_cells(results) -> dict[tuple, tuple[float, float, float, int, float]]:
-    """(algorithm, E, C, alpha) -> (best seed-mean accuracy, its lr, its beta, seeds, seed spread)."""
+    """(algorithm, E, C, alpha) -> (seed-mean accuracy, lr, beta, seeds, seed spread) of the best setting
+    (hsu_results.best_settings: chosen on the seeds every setting ran)."""
+    means = mean_over_seeds(results)
     best = {}
-    for (algorithm, beta, E, C, alpha, lr), (accuracy, seeds, spread) in mean_over_seeds(results).items():
-        key = (algorithm, E, C, alpha)
-        if key not in best or accuracy > best[key][0]:
-            best[key] = (accuracy, lr, beta, seeds, spread)
+    for (algorithm, E, C, alpha), (lr, beta) in best_settings(results).items():
+        accuracy, seeds, spread = means[(algorithm, beta, E, C, alpha, lr)]
+        best[(algorithm, E, C, alpha)] = (accuracy, lr, beta, seeds, spread)
     return best
 
 

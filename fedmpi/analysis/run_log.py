@@ -134,10 +134,22 @@ class Run:
 
     def loss(self, party: str) -> np.ndarray:
         """Per-round mean training loss of one party (the /rounds/loss column of that party)."""
+        return self.party_column("loss", party)
+
+    def update_norm(self, party: str) -> np.ndarray:
+        """Per-round update norm ‖θ_i − Θ‖ of one party's upload (NaN where it was not measured, or where the log
+        was written before the column existed)."""
+        return self.party_column("update_norm", party)
+
+    def party_column(self, column: str, party: str) -> np.ndarray:
+        """One party's values of a per-party /rounds column; NaN for every round where the log has no such column."""
         if party not in self.parties:
             raise AnalysisError(f"{self.path}: no party {party!r} in the log (parties {self.parties})")
-        loss = self.rounds.get("loss", np.zeros((0, len(self.parties))))
-        return loss[:, self.parties.index(party)] if loss.size else np.zeros(0)
+        rounds = len(self.rounds.get("round", ()))
+        values = self.rounds.get(column)
+        if values is None:
+            return np.full(rounds, np.nan)
+        return values[:, self.parties.index(party)] if values.size else np.zeros(0)
 
     def step_of_round(self, rounds: np.ndarray) -> np.ndarray:
         """Global step at the end of each given round: from /rounds where logged, else (round + 1) * K."""

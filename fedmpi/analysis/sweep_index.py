@@ -15,6 +15,9 @@ import os
 from pathlib import Path
 
 INDEX_NAME = "index.json"
+# a run that ended with its result: it completed, or it stopped because its global model diverged (exit status 3,
+# fedmpi.errors.EXIT_DIVERGED: a result of what it ran, which running it again would repeat)
+ENDED = ("COMPLETED", "DIVERGED")
 # entry keys that may name a run's log file or folder, tried in this order (indexes written by other tools too)
 INDEX_PATH_KEYS = ("log", "log_path", "log_dir", "path", "run_dir", "dir", "folder")
 
@@ -34,6 +37,11 @@ def write_index(folder: Path, index: dict) -> Path:
     tmp.write_text(json.dumps(index, indent=1) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def ended(row: dict) -> bool:
+    """Whether an index row's run ended with its result (ENDED): --resume keeps it, a sweep does not run it again."""
+    return row.get("state") in ENDED
 
 
 def read_index(folder: Path) -> dict:

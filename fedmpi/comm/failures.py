@@ -52,7 +52,7 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
         if exc.code in (0, None):
             return 0
         message = exc.code if isinstance(exc.code, str) else f"exit status {exc.code}"
-        _abort(comm, role, message, on_failure)
+        _abort(comm, role, message, on_failure, getattr(exc, "status", 1))
     except BaseException as exc:  # noqa: BLE001 - every failure must abort the job, never hang it
         if os.environ.get("FEDMPI_TRACEBACK"):
             traceback.print_exc()
@@ -67,7 +67,7 @@ def run_guarded(role: str, fn: Callable[[], int | None], on_failure: Callable[[]
     return 1
 
 
-def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None = None) -> None:
+def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None = None, status: int = 1) -> None:
     sys.stderr.write(f"rank {comm.Get_rank()} ({role}): {message}\n")
     sys.stderr.flush()
     sys.stdout.flush()
@@ -77,4 +77,4 @@ def _abort(comm, role: str, message: str, on_failure: Callable[[], None] | None 
             on_failure()
         except Exception:  # noqa: BLE001 - the abort below matters more than a clean-up
             pass
-    comm.Abort(1)
+    comm.Abort(status)   # mpirun exits with it (fedmpi.errors.EXIT_DIVERGED for a diverged run)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-
 from fedmpi.config.typed import typed_section
+from fedmpi.config.yaml_numbers import load_yaml
 from fedmpi.errors import ConfigError
 from fedmpi.config.parties import DataConfig, DataSpec, PartyConfig, _three_parties  # noqa: F401
 from fedmpi.config.sections import (BenchmarkSets, CheckpointConfig, EvalConfig, FVConfig, LogConfig,  # noqa: F401
@@ -84,12 +84,14 @@ CHOICES = {
     "optim.amp": ("none", "bf16", "fp16"),
     "fed.setting": ("federated", "centralized", "solo"),
     "fed.weighting": ("uniform", "batch"),
+    "fed.upload_check.action": ("off", "warn", "exclude", "stop"),
     "fv.norm": ("local", "moving"),
     "fv.folds": ("first", "second"),
     "fv.placement": ("server", "dedicated"),
     "run.device": ("auto", "cpu", "cuda"),
     "run.dtype": ("float32", "float64"),
     "clients.dataset": ("synthetic", "cifar10"),
+    "clients.cohort": ("sequential", "vectorised", "auto"),
     "data.val_kind": ("synthetic", "bin"),
     "parties.data.kind": ("synthetic", "rec", "folder"),
     "parties.data.style": ("ms1m", "ga", "vgg"),
@@ -109,7 +111,7 @@ def to_yaml(cfg: Config) -> str:
 
 def _parse_value(text: str):
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -162,7 +164,9 @@ def validate(cfg: Config) -> Config:
                 if value not in allowed and not (key == "style" and p.data.kind != "synthetic"):
                     fail(f"parties.{p.name}.data.{key}", f"{value!r} is not one of {', '.join(allowed)}")
             continue
-        value = flat[section][key]
+        value = flat
+        for part in path.split("."):
+            value = value[part]
         if value not in allowed:
             fail(path, f"{value!r} is not one of {', '.join(allowed)}")
     if not cfg.parties:
@@ -189,7 +193,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not path.is_file():
             raise ConfigError(f"--config: no such file {path}")
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            loaded = load_yaml(path.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
                               "save the file as UTF-8") from None
@@ -208,7 +212,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 def config_from_yaml(text: str, where: str = "config") -> Config:
     """A config saved as YAML text (the run log's /config, a checkpoint's config), validated like a file."""
     try:
-        loaded = yaml.safe_load(text) or {}
+        loaded = load_yaml(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(loaded, dict):

@@ -1,10 +1,12 @@
 """The server's combination of the uploads: `fed.aggregation` (the rule of fedmpi/aggregation/registry.py and
-its options, e.g. `rule: krum, f: 1`) and `fed.dp` (central differential privacy, DP-FedAvg). Both are checked
-against the layout here, so that a federation that cannot satisfy a rule is refused before any rank starts."""
+its options, e.g. `rule: krum, f: 1`), `fed.dp` (central differential privacy, DP-FedAvg) and `fed.upload_check`
+(what the server does with an upload out of range). They are checked against the layout here, so that a
+federation that cannot satisfy a rule is refused before any rank starts."""
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 from fedmpi.aggregation.registry import aggregator_class
@@ -13,6 +15,18 @@ from fedmpi.config.clients import clients_per_round
 from fedmpi.errors import ConfigError
 from fedmpi.config.rules import algorithm_class
 from fedmpi.config.sections import fv_runs
+
+
+@dataclass
+class UploadCheckConfig:
+    """Each round's uploads looked at before they are used (fedmpi/aggregation/upload_check.py): an upload whose
+    update norm ‖θ_i − Θ‖ is not finite, or more than norm_ratio x the median of the others', is out of range."""
+    action: str = "exclude"          # off | warn | exclude (its weight 0, the others' renormalised) | stop
+    norm_ratio: float = 10.0         # honest parties stay within 2.1 x (docs/ARCHITECTURE.md, "The upload check")
+
+    def validate(self, cfg, fail) -> None:
+        if not (self.norm_ratio > 1 and math.isfinite(self.norm_ratio)):
+            fail("fed.upload_check.norm_ratio", f"must be a finite number > 1, got {self.norm_ratio}")
 
 
 @dataclass

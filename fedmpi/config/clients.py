@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedmpi.config.rules import algorithm_class
 from fedmpi.config.sections import fv_runs
 
 
@@ -33,6 +34,15 @@ class ClientsConfig:
     test_images: int = 10000         # synthetic only
     augment: bool = False            # random crop (pad 4) and horizontal flip; off, as in the paper
     eval_images: int = 0             # test images per evaluation (0: the whole test set)
+    # sequential: a trainer rank's clients one after another; vectorised: those of equal size as one batch
+    # (crossdevice/cohort.py); auto: vectorised on a GPU where the rule allows it, else sequential
+    cohort: str = "sequential"
+
+    def vectorised(self, cfg, device_type: str) -> bool:
+        """Whether a trainer rank trains its clients of equal size as one batch on `device_type`."""
+        if self.cohort == "auto":
+            return device_type == "cuda" and algorithm_class(cfg).cohort_vectorisable
+        return self.cohort == "vectorised"
 
     def validate(self, cfg, fail) -> None:
         if self.population == 0:
@@ -55,6 +65,9 @@ class ClientsConfig:
             fail("clients.path", "clients.dataset cifar10 needs the cifar-10-batches-py folder")
         if self.eval_images < 0:
             fail("clients.eval_images", f"must be >= 0, got {self.eval_images}")
+        if self.cohort == "vectorised" and not algorithm_class(cfg).cohort_vectorisable:
+            fail("clients.cohort", f"vectorised: {cfg.fed.algorithm}'s local step cannot run on stacked clients "
+                                   "(Algorithm.cohort_vectorisable); use clients.cohort=sequential or auto")
         if cfg.fed.setting == "solo":
             fail("fed.setting", "solo picks a silo party; cross-device runs (clients.population > 0) are "
                                 "federated or centralized")

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
-from fedmpi.config.aggregation import DPConfig, validate_aggregation
+from fedmpi.config.aggregation import DPConfig, UploadCheckConfig, validate_aggregation
 from fedmpi.config.rules import algorithm_class, algorithm_options, paper_local_momentum
 
 
@@ -55,6 +55,7 @@ class FedConfig:
     options: dict = field(default_factory=dict)   # the rule's own section (its Options dataclass), e.g. mu: 0.01
     aggregation: dict = field(default_factory=lambda: {"rule": "mean"})  # the combination: rule + its options
     dp: DPConfig = field(default_factory=DPConfig)  # central differential privacy (DP-FedAvg)
+    upload_check: UploadCheckConfig = field(default_factory=UploadCheckConfig)   # an upload out of range
 
     def validate(self, cfg: "Config", fail) -> "FedConfig":
         """Check the section against the run; returns it resolved, as a new object (this one is left as it is):
@@ -75,5 +76,6 @@ class FedConfig:
         options.validate(cfg)
         aggregation = validate_aggregation(cfg, fail)
         self.dp.validate(cfg, fail)
+        self.upload_check.validate(cfg, fail)
         return dataclasses.replace(self, local_momentum=momentum, options=dataclasses.asdict(options),
                                    aggregation=aggregation)

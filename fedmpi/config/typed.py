@@ -7,6 +7,8 @@ import typing
 
 from fedmpi.errors import ConfigError
 
+WORDS = {"yes": True, "on": True, "no": False, "off": False}
+
 
 def _strip_optional(tp):
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
@@ -38,6 +40,8 @@ def _coerce(value, tp, path: str):
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.lower() in WORDS:   # YAML 1.1's booleans (config/yaml_numbers.py)
+            return WORDS[value.lower()]
         raise ConfigError(f"{path}: expected true/false, got {value!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -5,34 +5,47 @@ what the next step cannot reuse (IR-18 at 112 px, batch 8: +790 MB over the mode
 kernel when it is freed; transparent huge pages for those mappings (glibc.malloc.hugetlb=1, glibc >= 2.35) keep
 the page faults as few as with the defaults (a fixed threshold alone takes 5x as many, and ~10 % longer steps).
 glibc reads its tunables when a process starts: `python -m fedmpi.run` therefore starts itself again once with
-them, before torch or MPI start. A user's own GLIBC_TUNABLES malloc setting or MALLOC_* variable is kept as it is;
-FEDMPI_MALLOC=default keeps glibc's defaults.
+them, before torch or MPI start, where they pay: where the launch's memory check finds a node short of memory under
+glibc's defaults (memory/check.py, short_under_glibc_defaults). Elsewhere they only cost time: every large buffer's
+pages are faulted in and zeroed anew (a cross-device run of McMahan's CNN spends 14 % longer, with twice the system
+CPU time; docs/PERFORMANCE.md). FEDMPI_MALLOC=tuned starts every launch with them, FEDMPI_MALLOC=default never;
+a user's own GLIBC_TUNABLES malloc setting or MALLOC_* variable is kept as it is.
 """
 from __future__ import annotations
 
 import os
 import platform
 import sys
+from typing import Callable
 
 TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=2097152"
 
 
-def tuned_environment(env: dict, libc: str | None = None) -> dict | None:
+def tuned_environment(env: dict, libc: str | None = None, short: Callable[[], bool] = lambda: True) -> dict | None:
     """The environment to start again with, or None: already tuned, the user's own malloc settings, FEDMPI_MALLOC
-    =default, or a C library other than glibc."""
-    if env.get("FEDMPI_MALLOC", "tuned") == "default":
+    =default, a C library other than glibc, or (FEDMPI_MALLOC unset or auto) memory not `short()`."""
+    mode = env.get("FEDMPI_MALLOC", "auto")
+    if mode == "default":
         return None
     if "malloc" in env.get("GLIBC_TUNABLES", "") or any(key.startswith("MALLOC_") for key in env):
         return None
     if (libc if libc is not None else platform.libc_ver()[0]) != "glibc":
         return None
+    if mode != "tuned" and not short():
+        return None
     return {**env, "GLIBC_TUNABLES": ":".join(t for t in (env.get("GLIBC_TUNABLES"), TUNABLES) if t)}
 
 
-def start_again_tuned() -> None:
+def running_tuned(env) -> bool:
+    """Whether this process runs under the tuned settings."""
+    return TUNABLES in env.get("GLIBC_TUNABLES", "")
+
+
+def start_again_tuned(short: Callable[[], bool]) -> None:
     """Replace this process (same PID, same arguments: mpirun and srun keep tracking it) with one that runs under
-    the tuned malloc; returns where nothing is to be done."""
-    env = tuned_environment(dict(os.environ))
+    the tuned malloc where `short()` says memory is short (or FEDMPI_MALLOC=tuned); returns where nothing is to be
+    done."""
+    env = tuned_environment(dict(os.environ), short=short)
     if env is not None:
         sys.stdout.flush()
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

@@ -32,6 +32,7 @@ class Exchange(Protocol):
     participation: float      # fraction of all clients that took part this round (SCAFFOLD's |S|/N)
     gives_uploads: bool       # `rows` holds every upload (else the exchange sums them on the way)
     rows: torch.Tensor | None  # [P, D_up] uploads of the last completed round, party by party
+    upload_names: list[str]   # the round's uploads as messages name them (the parties; the sampled clients)
 
     def post(self, r: int) -> None: ...                           # start receiving round r's uploads
     def is_complete(self) -> bool: ...

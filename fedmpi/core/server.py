@@ -15,6 +15,7 @@ from fedmpi import comm
 from fedmpi.aggregation.aggregators import check_exchange
 from fedmpi.aggregation.influence import Influence, influence_columns
 from fedmpi.aggregation.server_step import ServerStep
+from fedmpi.aggregation.upload_check import UploadCheck
 from fedmpi.algorithms import method_key
 from fedmpi.config import Config, to_yaml
 from fedmpi.core import signals
@@ -69,8 +70,9 @@ class Server:
                         if cfg.fed.dp.enabled else None)
         self.influence = Influence(self.state.n_trainable) if cfg.log.influence else None
         check_exchange(self.aggregator, self.exchange, cfg.fed.algorithm)
+        self.check = UploadCheck(cfg.fed.upload_check.action, cfg.fed.upload_check.norm_ratio, self.theta)
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
-                               self.state.n_trainable)
+                               self.state.n_trainable, self.check)
         self.progress = Progress(cfg.rounds, self.parties)
         self.w = self.side.weighting.for_round(-1, None)
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
@@ -83,7 +85,8 @@ class Server:
         started = time.perf_counter() - self.elapsed_before
         for r in range(start_round, cfg.rounds):
             round_start = time.perf_counter()
-            with comm.naming_failures(f"round {r + 1}"):
+            # a diverged round ends the run in one line naming its round and uploads (aggregation/upload_check.py)
+            with self.check.naming_round(r), comm.naming_failures(f"round {r + 1}"):
                 exchange.post(r)
                 classes = self.classes
                 if classes:
@@ -94,14 +97,16 @@ class Server:
                     classes.wait()
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-                self.step(exchange, self.w, exchange.participation)           # aggregate, server update
+                self.step(exchange, self.w, exchange.participation)           # check, aggregate, server update
                 if self.influence:
                     self.influence.measure(r, rows, self.step.combination)
                 exchange.send(self.down.flat)
-                if classes:   # the rule's step on the class payloads, and the replies
-                    classes.step(r, cfg.lr_at_round(r), self.algo_state)
+                if classes:   # the rule's step on the class payloads (those of the uploads kept), and the replies
+                    classes.step(r, cfg.lr_at_round(r), self.algo_state,
+                                 self.check.last.excluded if self.check.last else None)
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
+            self.check.after_round(r, self.down.flat, stats.loss, self.parties)   # before any checkpoint of it
             side.round_done(r, self.theta)
             if checkpointer and checkpointer.round_end(
                     r + 1, lambda: self.checkpoint_parts(time.perf_counter() - started)):
@@ -121,7 +126,7 @@ class Server:
                         round_time=round_time, images_per_s=images / round_time,
                         bytes_moved=sum(moved.values()), bytes_up=moved["up"], bytes_down=moved["down"],
                         bytes_intra=moved["intra"], loss=stats.loss, party_images_per_s=party_ips,
-                        **self.side.round_columns())
+                        **self.check.log_columns(len(self.parties)), **self.side.round_columns())
         note = self.side.progress_note()
         if self.privacy:
             self.log.append("privacy", **self.privacy.row(r))

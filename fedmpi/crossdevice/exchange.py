@@ -66,6 +66,11 @@ class ClientExchange:
         """[clients of the round, D_up]: each sampled client's upload (only with every_upload)."""
         return self._rows if self.gives_uploads else None
 
+    @property
+    def upload_names(self) -> list[str]:
+        """What the server's messages call each upload of the round: the sampled clients, in the order of `rows`."""
+        return [f"client {k}" for k in self.clients]
+
     def example_weights(self) -> torch.Tensor:
         """n_k / sum n_k over the round's clients, in the order of `rows`: the weighting of the mean (FedAvg)."""
         n = torch.as_tensor(self.sizes[self.clients], dtype=torch.float64)

@@ -11,6 +11,7 @@ from fedmpi.aggregation.dp import clip_into
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
 from fedmpi.crossdevice.client_state import StateLayout
+from fedmpi.crossdevice.cohort import VectorisedCohort
 from fedmpi.core.payloads import Payloads
 
 
@@ -24,10 +25,11 @@ class LocalTrainer:
     """`down`: the global payload [Theta | the rule's down payloads] the clients start from (the trainer rank
     receives into down.flat); `up`: the upload [theta_k | up payloads] of the client just trained; `shared`: the
     rule's global_state (rebuilt by on_global, one per rank); `layout`: the rule's per-client state, if any;
-    `clip`: fed.dp's C when DP is on (each client's update clipped and counted once, fedmpi/aggregation/dp.py)."""
+    `clip`: fed.dp's C when DP is on (each client's update clipped and counted once, fedmpi/aggregation/dp.py);
+    `vectorised`: a round's clients of equal size trained as one batch (crossdevice/cohort.py)."""
 
     def __init__(self, model: torch.nn.Module, state, algorithm, data: ClientData, *, epochs: int, batch_size: int,
-                 seed: int, augment: bool, device, dtype, clip: float | None = None):
+                 seed: int, augment: bool, device, dtype, clip: float | None = None, vectorised: bool = False):
         self.model, self.state, self.algorithm, self.data, self.clip = model, state, algorithm, data, clip
         self.epochs, self.batch_size, self.seed, self.augment = epochs, batch_size, seed, augment
         self.device, self.dtype = device, dtype
@@ -36,6 +38,7 @@ class LocalTrainer:
         self.layout = StateLayout(algorithm, state.trainable) if algorithm.client_state else None
         template = algorithm.init_trainer_state(state.trainable)
         self.shared = {key: template[key] for key in algorithm.global_state}
+        self.cohort = VectorisedCohort(self) if vectorised else None
 
     def payload(self) -> torch.Tensor:
         """float64 [up + 1]: sum_k n_k [theta_k | up payloads], then sum_k n_k (zero when no client trains)."""
@@ -48,22 +51,32 @@ class LocalTrainer:
         [theta_k | up payloads] as it is trained (the payload then sums only the counts)."""
         out = self.payload()
         loss_sum, examples, images = 0.0, 0, 0
-        for i, k in enumerate(clients):
-            loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
+        for upload, loss, n in self.trained(down, clients, r, lr, states):
             if each is not None:
-                each(self.up.flat)
+                each(upload)
                 out[-1] += n
             elif self.clip is None:
-                out[:-1].add_(self.up.flat.to(torch.float64), alpha=n)
+                out[:-1].add_(upload.to(torch.float64), alpha=n)
                 out[-1] += n
             else:       # DP's rules have no payloads: the upload is theta_k, the reference Theta
-                clip_into(out[:-1], self.up.flat, self.down.theta, self.clip)
+                clip_into(out[:-1], upload, self.down.theta, self.clip)
                 out[-1] += 1
             loss_sum += loss * n
             examples += n
             images += n * self.epochs
         # the loss is n_k-weighted whatever the aggregation weighs (DP counts every client once)
         return out, {"clients": len(clients), "examples": examples, "loss_sum": loss_sum, "images": images}
+
+    def trained(self, down: torch.Tensor, clients: list[int], r: int, lr: float,
+                states: list[torch.Tensor] | None = None):
+        """(upload [theta_k | up payloads], mean loss, n_k) of each client in the order of `clients`: one after
+        another, or with a cohort (crossdevice/cohort.py) each group of equal-sized clients in one batch."""
+        if self.cohort is None:
+            for i, k in enumerate(clients):
+                loss, n = self.train_client(down, k, r, lr, None if states is None else states[i])
+                yield self.up.flat, loss, n
+            return
+        yield from self.cohort.train(down, clients, r, lr, states)
 
     def train_client(self, down: torch.Tensor, k: int, r: int, lr: float,
                      client_state: torch.Tensor | None = None) -> tuple[float, int]:
@@ -78,30 +91,37 @@ class LocalTrainer:
         if client_state is not None:
             self.layout.unpack(client_state, self._algo_state)
         self.up.flat.zero_()
-        index = self.data.parts[k]
-        n = len(index)
-        steps = self.epochs * -(-n // self.batch_size)
+        n = len(self.data.parts[k])
+        steps = self.steps(n)
         self._round = LocalRound(lr=lr, K=steps, global_params=views(self.down.trainable, params),
                                  down=self.down.as_params(params), up=self.up.as_params(params))
-        generator = torch.Generator().manual_seed(client_seed(self.seed, r, k))
-        images, labels = self.data.train.images, self.data.train.labels
         losses = []
-        for _ in range(self.epochs):
-            order = index[torch.randperm(n, generator=generator).numpy()]
-            for start in range(0, n, self.batch_size):
-                batch = order[start:start + self.batch_size]
-                x = to_tensor(images[batch], self.data.mean, self.data.std, self.dtype)
-                if self.augment:
-                    x = augment(x, generator)
-                y = torch.from_numpy(labels[batch]).to(self.device)
-                self._round.step = len(losses)
-                losses.append(self.step(x.to(self.device), y))
+        for x, y in self.batches(k, r):
+            self._round.step = len(losses)
+            losses.append(self.step(x.to(self.device), y.to(self.device)))
         with torch.no_grad():
             self.algorithm.end_round(params, self._round, self._algo_state)
             if client_state is not None:
                 self.layout.pack(self._algo_state, out=client_state)
         self.state.read(self.up.theta)
         return float(torch.stack(losses).mean()), n
+
+    def steps(self, n: int) -> int:
+        """Local steps of a client of n images: E epochs of ceil(n / B) batches."""
+        return self.epochs * -(-n // self.batch_size)
+
+    def batches(self, k: int, r: int):
+        """Client k's batches of round r, (x, y) on the CPU: each epoch a permutation of its images from the
+        client's own generator (client_seed), which the augmentation then draws from too."""
+        generator = torch.Generator().manual_seed(client_seed(self.seed, r, k))
+        index = self.data.parts[k]
+        images, labels = self.data.train.images, self.data.train.labels
+        for _ in range(self.epochs):
+            order = index[torch.randperm(len(index), generator=generator).numpy()]
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start:start + self.batch_size]
+                x = to_tensor(images[batch], self.data.mean, self.data.std, self.dtype)
+                yield (augment(x, generator) if self.augment else x), torch.from_numpy(labels[batch])
 
     def new_global(self, previous: torch.Tensor, lr: float) -> None:
         """The next global payload arrived in self.down (`previous`: Theta before it): the rule rebuilds its

@@ -27,7 +27,8 @@ class ClientTrainer:
         self.local = LocalTrainer(parts.model, parts.state, parts.rule, open_client_data(cfg),
                                   epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size, seed=cfg.run.seed,
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
-                                  clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None)
+                                  clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
+                                  vectorised=cfg.clients.vectorised(cfg, parts.device.type))
         self.previous = self.local.down.theta.clone()
         self.each = self.trainer_side.send_upload if parts.every_upload else None
 

@@ -8,7 +8,10 @@ Choices the paper leaves open:
 - variances are population variances (divide by the number of scores), in eq. 8 and eq. 10;
 - Moving Norm starts from the first iteration's own statistics: μ = mean(S_i), ν = mean((S_i - μ)²)
   (eq. 9-10 with γ = 1 on the first call), then follows eq. 9-10; eq. 10 uses the μ just updated by eq. 9;
-- ties in the argmax go to the lowest index, i.e. to the current w; choosing it leaves w bit-for-bit unchanged.
+- ties in the argmax go to the lowest index, i.e. to the current w; choosing it leaves w bit-for-bit unchanged;
+- a candidate with a score that is not finite (its backbone's embeddings are not: an upload out of range in θ')
+  is ranked last: its normalised scores are -inf, and the others are normalised among themselves (Moving Norm's
+  statistics follow them only). When no candidate is finite there is nothing to rank (`NoFiniteCandidate`).
 """
 from __future__ import annotations
 
@@ -71,6 +74,10 @@ def _check_scores(S) -> np.ndarray:
     return S
 
 
+class NoFiniteCandidate(ValueError):
+    """Every candidate of an FV iteration has a score that is not finite."""
+
+
 def local_norm(S, eps: float = 1e-3) -> np.ndarray:
     """Eq. 8: each validator's column divided by sqrt(population variance over the T candidates + eps)."""
     S = _check_scores(S)
@@ -111,8 +118,11 @@ class MovingNorm:
 
 
 def choose(S_norm) -> int:
-    """Eq. 12: index of the candidate with the largest summed normalised score (ties -> lowest index)."""
-    return int(np.argmax(_check_scores(S_norm).sum(axis=1)))
+    """Eq. 12: index of the candidate with the largest summed normalised score (ties -> lowest index); a candidate
+    ranked last (-inf) is chosen only when every one is."""
+    S = np.asarray(S_norm, dtype=np.float64)
+    _check_scores(np.where(np.isneginf(S), 0.0, S))
+    return int(np.argmax(S.sum(axis=1)))
 
 
 def smooth(w, w_hat, phi: float) -> np.ndarray:
@@ -148,7 +158,15 @@ class FVSearch:
         self.iteration = 0
 
     def normalize(self, S) -> np.ndarray:
-        return self.moving(S) if self.moving is not None else local_norm(S, self.eps)
+        """The [T, V] scores normalised (eq. 8 or eq. 9-11); a candidate with a score that is not finite gets -inf
+        in every column, the others are normalised among themselves."""
+        S = np.asarray(S, dtype=np.float64)
+        finite = np.isfinite(S).all(axis=1)
+        if not finite.any():
+            raise NoFiniteCandidate(f"every one of the {len(S)} FV candidates has a score that is not finite")
+        out = np.full(S.shape, -np.inf)
+        out[finite] = self.moving(S[finite]) if self.moving is not None else local_norm(S[finite], self.eps)
+        return out
 
     def propose(self) -> np.ndarray:
         """T candidate weightings [T, P]; row 0 is the current w."""
@@ -162,7 +180,9 @@ class FVSearch:
         if not np.array_equal(candidates[0], self.w):
             raise ValueError("candidate 0 is not the current w: candidates must come from propose() since the "
                              "last update")
-        raw = _check_scores(raw_scores)
+        raw = np.asarray(raw_scores, dtype=np.float64)
+        if raw.ndim != 2 or raw.size == 0:
+            raise ValueError(f"scores must be a [T candidates, V validators] matrix, got shape {raw.shape}")
         if raw.shape[0] != self.T:
             raise ValueError(f"scores have {raw.shape[0]} rows for {self.T} candidates")
         normalized = self.normalize(raw)

@@ -26,6 +26,7 @@ sleep), so it costs next to no CPU while training runs, unlike a blocking mpi4py
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -113,11 +114,13 @@ class Validator:
         pairs = self._fv_pairs[name]
         image_index = torch.from_numpy(np.stack([2 * pairs, 2 * pairs + 1], 1).reshape(-1))
         embeddings = embed_images(self.backbone, images[image_index], evaluator.batch_size, evaluator.device)
+        scored = pair_scores(embeddings)
+        if not np.isfinite(scored).all():   # embeddings not finite: FV ranks the candidate last (fv/search.py)
+            return math.nan
         if name in self._fv_subsets:   # a subset of the FV folds: the same rule on its 5 folds
-            return float(subset_fv_accuracy(pair_scores(embeddings), issame[pairs], evaluator.n_folds // 2,
-                                            evaluator.thresholds))
+            return float(subset_fv_accuracy(scored, issame[pairs], evaluator.n_folds // 2, evaluator.thresholds))
         scores = np.zeros(len(issame))
-        scores[pairs] = pair_scores(embeddings)
+        scores[pairs] = scored
         return float(evaluator.fv_scores({name: scores})[name])
 
     def evaluate_set(self, name: str) -> dict[str, float]:

@@ -7,14 +7,17 @@ round's uploads travel:
     posted to every validator; when all [T, V] scores are in, FVSearch.update normalises them, picks the best
     candidate and smooths w (eq. 8-13).
 The w after the last FV iteration completed in round r is the weighting of round r's aggregation (eq. 4);
-each completed iteration is logged to /fv with the round it completed in.
+each completed iteration is logged to /fv with the round it completed in. A candidate whose backbone scores are
+not finite is ranked last (fv/search.py; logged with its NaN scores and normalised scores of -inf); when none is
+finite the global model is no longer finite either, and the run stops (`Diverged`).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from fedmpi.fv.search import FVSearch, candidate_backbone
+from fedmpi.errors import Diverged
+from fedmpi.fv.search import FVSearch, NoFiniteCandidate, candidate_backbone
 from fedmpi.fv.validator_client import SCORE, ValidatorPool
 
 
@@ -29,6 +32,7 @@ class FederatedValidation:
         self.latest: torch.Tensor | None = None      # [P, D], the θ_i of the last completed gather
         self.in_flight: tuple[np.ndarray, list] | None = None   # (candidates [T, P], one Request each)
         self.completed_in_round = 0
+        self.not_finite_in_round = 0                # candidates ranked last for scores that are not finite
 
     @property
     def ready(self) -> bool:
@@ -57,7 +61,12 @@ class FederatedValidation:
         candidates, requests = self.in_flight
         self.in_flight = None
         raw = np.array([[q.result()[name] for name in self.pool.val_sets] for q in requests])
-        record = self.search.update(candidates, raw)
+        try:
+            record = self.search.update(candidates, raw)
+        except NoFiniteCandidate as exc:
+            raise Diverged(f"the global model is no longer finite: {exc} (FV iteration "
+                           f"{self.search.iteration + 1})") from None
+        self.not_finite_in_round += int((~np.isfinite(raw).all(axis=1)).sum())
         self.log.append("fv", round=r, iteration=self.completed_in_round, candidates=record["candidates"],
                         raw_scores=record["raw"], norm_scores=record["normalized"], chosen=record["chosen"],
                         w=record["w"])

@@ -35,6 +35,9 @@ MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
 RUNTIME_MB = {"server": 60.0, "trainer": 50.0, "validator": 50.0}
 ACTIVATION_FACTOR = 0.80                        # a step's peak over the forward's feature-map values (IR-18 112 px)
+# glibc's default malloc keeps a step's freed activation buffers in its heap: IR-18 at 112 px, batch 8 adds
+# ~600 MB at a step's peak against ~330 MB under the tuned settings (bench/malloc_step.py)
+GLIBC_DEFAULTS_ACTIVATIONS = 600.0 / 330.0
 STEP_TRANSIENT_MB = 25.0                        # what a step holds beyond them whatever the batch (allocator, logits)
 EVAL_LIVE_MAPS = 3                              # no-grad embedding: a batch, its flip and the largest output live
 WORKER_MB = 660.0                               # a forked DataLoader worker once Python touched its pages (CPU)
@@ -48,11 +51,25 @@ RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
                 "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1),
                 "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0)}
+CLIENT_STATE = {"scaffold": 1, "feddyn": 1}      # per-client trainer-state tensors of n values (client_state)
+CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (models/cifar_cnn.py), all trainable
 SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface"}   # the server step is the average itself: no separate mean
 # the rules whose class embeddings leave the parties (Algorithm.class_payload): "rows" go to the server, which holds
 # them all; a "summary" is made from the party's rows gathered on its leader
 CLASS_PAYLOAD = {"fedaws": "rows", "fedgc": "rows", "privacyface": "summary"}
 NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
+
+
+def client_states(cfg) -> tuple[int, float]:
+    """A cross-device run's per-client states on the server (crossdevice/client_state.py, ClientStore): (the most
+    clients it can come to hold: every client sampled at least once, at most population and rounds x the clients
+    a round; bytes)."""
+    from fedmpi.config.clients import clients_per_round
+
+    c = cfg.clients
+    held = min(c.population, cfg.rounds * clients_per_round(c.population, c.fraction))
+    tensors = CLIENT_STATE.get(cfg.fed.algorithm, 0)
+    return held, held * tensors * CIFAR_CNN_VALUES * DTYPE_BYTES[cfg.run.dtype]
 
 
 def stage_channels(width: float) -> list[int]:
@@ -150,12 +167,16 @@ def validation_image_bytes(cfg, sets: int) -> float:
     return sets * pairs * 2 * 3 * cfg.data.image_size ** 2 * 1.2
 
 
-def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None) -> LayoutNeed:
+def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", workers: int | None = None,
+             tuned_malloc: bool = True) -> LayoutNeed:
     """Every rank's peak for `layout` under `cfg` on `device` (cpu | cuda); workers: DataLoader workers per trainer
-    rank (None: what data.workers gives on that device)."""
+    rank (None: what data.workers gives on that device); tuned_malloc: whether the ranks run under fedmpi.run's
+    malloc settings (core/malloc.py) or glibc's defaults, whose heap keeps more of a step on the CPU."""
     from fedmpi.fv import assign_sets, fv_runs, needs_validation_sets
 
     s = _sizes(cfg, device, torch_build, workers)
+    if not tuned_malloc and not s.gpu:
+        s.activation_factor *= GLIBC_DEFAULTS_ACTIVATIONS
     base = lambda role: {"torch": TORCH_MB[torch_build] * MB, "runtime": RUNTIME_MB[role] * MB}
     validating = needs_validation_sets(cfg)
     dedicated = list(layout.validators)
@@ -204,6 +225,7 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
     s.shared_on_node = cfg.run.share_node_memory and not s.gpu and not cfg.cross_device
     s.workers = cfg.data.loader_workers(device) if workers is None else workers
     s.eval_transient = EVAL_LIVE_MAPS * cfg.eval.batch_size * largest * s.b
+    s.activation_factor = ACTIVATION_FACTOR
     return s
 
 
@@ -223,7 +245,7 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
             "classifier": 3 * classes_here * s.m.embedding_size * b
                           # a class payload: the party's rows gathered on its leader (and their padded blocks)
                           + (2 * classes * s.m.embedding_size * b if i == 0 and s.rule in CLASS_PAYLOAD else 0),
-            "activations": (batch * (ACTIVATION_FACTOR * s.values + 4 * classes_here) * b
+            "activations": (batch * (s.activation_factor * s.values + 4 * classes_here) * b
                             + STEP_TRANSIENT_MB * MB),
         }
         need = RankNeed(rank, f"trainer:{party.name}", base("trainer"))

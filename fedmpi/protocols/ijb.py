@@ -107,10 +107,16 @@ class IJBProtocol:
         return score_pairs(templates, self.meta.first, self.meta.second)
 
     def evaluate(self, backbone: torch.nn.Module) -> dict[str, float]:
+        """TAR at each FAR; NaN for a diverged backbone (a pair score not finite), whose ROC is not drawn."""
         scores = self.pair_scores(backbone)
+        counts = {"images": len(self.meta.names), "templates": len(self.meta.template_ids), "pairs": len(scores),
+                  "genuine": int(self.meta.same.sum())}
+        if not np.isfinite(scores).all():
+            metrics = {far_column(f): float("nan") for f in self.fars}
+            self.last = {"metrics": metrics, "settings": self.settings, "counts": counts}
+            return metrics
         points = read_tar(scores, self.meta.same, self.fars, self.tar_reading)
         metrics = {far_column(f): points[f]["tar"] for f in self.fars}
         self.last = {"metrics": metrics, "roc": roc_curve(scores, self.meta.same), "settings": self.settings,
-                     "counts": {"images": len(self.meta.names), "templates": len(self.meta.template_ids),
-                                "pairs": len(scores), "genuine": int(self.meta.same.sum())}}
+                     "counts": counts}
         return metrics

@@ -103,8 +103,12 @@ class MegaFaceProtocol:
         return features[torch.from_numpy(self.keep)], self.identities[self.keep]
 
     def evaluate(self, backbone: torch.nn.Module) -> dict[str, float]:
+        """Rank-1 per gallery size and TAR at FAR 1e-6; NaN for a diverged backbone (a feature not finite)."""
         probes, labels = self.probe_features(backbone)
         distractors = embed_faces(backbone, self.distractors, self.batch_size, self.device, self.workers)
+        if not (torch.isfinite(torch.as_tensor(probes)).all() and torch.isfinite(torch.as_tensor(distractors)).all()):
+            self.last = {"metrics": dict.fromkeys(METRICS, math.nan), "settings": self.settings}
+            return dict.fromkeys(METRICS, math.nan)
         largest = np.arange(len(distractors)) if self.galleries is None else self.galleries[-1]
         n_negatives = len(probes) * len(largest)
         keep_top = min(allowed_false_accepts(FAR, n_negatives) + 1, n_negatives)

@@ -12,6 +12,7 @@ extra negatives. Every byte of it is in the log's traffic columns (the gather an
 intra-party bytes)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -47,6 +48,7 @@ class ServerClasses:
                  classifier_mode: str = "auto"):
         self.rule, self.leaders, self.dtype = rule, leaders, dtype
         self._leaders = [p.leader for p in parties]
+        self.names = [p.name for p in parties]
         self._point_to_point_threads = torch.device(device).type == "cpu"
         P = len(parties)
         gathered = d * sum(n - shard_rows(n, len(p.ranks), classifier_mode) for n, p in zip(rows, parties))
@@ -86,19 +88,51 @@ class ServerClasses:
                 work.wait()
         self._work = []
 
-    def step(self, r: int, lr: float, state: dict) -> None:
-        """The rule's step on the round's payloads; then each party's reply is sent."""
+    def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        """The rule's step on the round's payloads; then each party's reply is sent. `excluded`: [P] bool, the
+        parties whose upload the server's check left out this round (aggregation/upload_check.py); they, and a
+        party whose class payload is not finite, are left out of the step as well: their rows are neither
+        corrected nor a negative of the others' (they get their own back), their summary is not relayed."""
         if not self.due:
             return
-        if self.rule.class_payload == "rows":
-            row = self.rule.class_step(self.W, self.bounds, lr, r, state)
-        else:
-            row = self.rule.relay(self.summaries, self.replied, r, state)
-        self.row = {"round": r, **row}
+        self.answer(r, lr, state, excluded)
         with comm.naming_failures(f"send of the class payloads over {comm.group_label('leaders', self.leaders)}"):
             for work in [p2p.isend(reply, dst=leader, group=self.leaders, tag=TAG_DOWN)
                          for reply, leader in zip(self.replies, self._leaders)]:
                 work.wait()
+
+    def answer(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        """The replies of round r (`step`, before they are sent) and the round's log row."""
+        left_out = self.left_out(excluded, r)
+        if left_out.all():
+            self.row = None
+        elif self.rule.class_payload == "rows":
+            self.row = {"round": r, **self.step_rows(~left_out, lr, r, state)}
+        else:
+            for k in np.flatnonzero(left_out):
+                self.summaries[k].zero_()          # a row whose last value is 0 holds no cluster
+            self.row = {"round": r, **self.rule.relay(self.summaries, self.replied, r, state)}
+
+    def left_out(self, excluded, r: int | None = None) -> np.ndarray:
+        """[P] bool: excluded by the upload check, or a class payload that is not finite (one reduction each; said
+        in one line when round r is given)."""
+        finite = torch.stack([torch.isfinite(u).all() for u in self.uploads]).cpu().numpy()
+        if r is not None:
+            for k in np.flatnonzero(~finite):
+                print(f"round {r + 1}: the class payload of party {self.names[k]} is not finite: left out of the "
+                      f"round's class step", flush=True)
+        return ~finite | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
+
+    def step_rows(self, kept: np.ndarray, lr: float, r: int, state: dict) -> dict:
+        """The rule's step on the kept parties' rows (all of W in place, or a copy of the kept ones written back)."""
+        if kept.all():
+            return self.rule.class_step(self.W, self.bounds, lr, r, state)
+        parties = np.flatnonzero(kept)
+        W = torch.cat([self.uploads[k] for k in parties])
+        row = self.rule.class_step(W, bounds_of([self.uploads[k].shape[0] for k in parties]), lr, r, state)
+        for k, (a, b) in zip(parties, bounds_of([self.uploads[k].shape[0] for k in parties])):
+            self.uploads[k].copy_(W[a:b])
+        return row
 
     def bytes_per_round(self) -> dict[str, int]:
         """The last round's class payloads: up to the server, down to the leaders, inside the parties."""

@@ -38,6 +38,7 @@ class SiloExchange:
         self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device,
                                    lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
         self._leaders = [p.leader for p in parties]
+        self.upload_names = [p.name for p in parties]    # what the server's messages call each row
         self._next = 0
         self._latest: PartyRows | None = None
         self._work: list = []

@@ -56,7 +56,7 @@ class SideWork:
     def work_until(self, complete: Callable[[], bool], r: int) -> None:
         """Evaluations and FV iterations while the round's uploads travel (see the module's text)."""
         if self.fv is not None:
-            self.fv.completed_in_round = 0
+            self.fv.completed_in_round = self.fv.not_finite_in_round = 0
         n = self.cfg.fv.iterations_per_round
         if n > 0:
             if self.fv is not None and self.fv.ready:
@@ -118,8 +118,10 @@ class SideWork:
         n = self.fv_iterations
         if self.fv is not None:
             weights = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, self.fv.w))
+            lost = self.fv.not_finite_in_round
+            lost = f"; {lost} candidate{'' if lost == 1 else 's'} not finite, ranked last" if lost else ""
             self.stream.write(f"  fv: {n} iteration{'' if n == 1 else 's'} this round, {self.fv.search.iteration} "
-                              f"in all; w {weights}\n")
+                              f"in all; w {weights}{lost}\n")
             self.stream.flush()
         if self.evaluation is not None:
             self.evaluation.schedule(r, theta)

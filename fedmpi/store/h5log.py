@@ -12,7 +12,8 @@ Layout (schema version 1):
   /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved
                    (= bytes_up + bytes_down + bytes_intra: parties -> server, server -> party leaders, inside
                    the parties), fv_iterations (completed in the round), loss [P] (per-party mean loss),
-                   party_images_per_s [P]
+                   party_images_per_s [P], update_norm [P] (‖θ_i − Θ‖ of each upload, NaN where not measured),
+                   uploads_excluded [P] (uploads the server's check left out: aggregation/upload_check.py)
   /fv/<col>        one row per FV iteration: round, iteration, candidates [T,P], raw_scores [T,V],
                    norm_scores [T,V], chosen, w [P]           (attrs: validators = JSON list of set names)
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
@@ -42,13 +43,23 @@ ROUND_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "lr": ((), "f8"), "wal
                  "round_time": ((), "f8"), "images_per_s": ((), "f8"), "bytes_moved": ((), "i8"),
                  "bytes_up": ((), "i8"), "bytes_down": ((), "i8"), "bytes_intra": ((), "i8"),
                  "fv_iterations": ((), "i8")}
+PARTY_COLUMNS = {"loss": "f8", "party_images_per_s": "f8", "update_norm": "f8", "uploads_excluded": "i8"}  # [P]
 EVAL_METRICS = ("accuracy", "accuracy_std", "tar_far_1e-3", "tar_far_1e-2")
 
 
-def _table(group: h5py.Group, columns: dict) -> None:
+def round_columns(parties: int) -> dict:
+    """The /rounds table's columns: {name: (shape of a row, dtype)}."""
+    return {**ROUND_COLUMNS, **{name: ((parties,), dtype) for name, dtype in PARTY_COLUMNS.items()}}
+
+
+def _table(group: h5py.Group, columns: dict, rows: int = 0) -> None:
+    """The columns not yet in `group`, each `rows` long: NaN (or 0 for integers) where a log written before the
+    column existed has rows already."""
     for name, (tail, dtype) in columns.items():
-        group.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype,
-                             chunks=(64, *tail) if tail else (256,))
+        if name in group:
+            continue
+        group.create_dataset(name, shape=(rows, *tail), maxshape=(None, *tail), dtype=dtype,
+                             chunks=(64, *tail) if tail else (256,), fillvalue=np.nan if dtype == "f8" else 0)
 
 
 class RunLog:
@@ -65,6 +76,8 @@ class RunLog:
         if resume_round is not None and self.path.exists():
             self.f = h5py.File(self.path, "r+", libver="latest")
             self._truncate(resume_round)
+            rounds = self.f["rounds"]      # a log of an earlier fedmpi gets today's columns (no SWMR yet)
+            _table(rounds, round_columns(len(parties)), rounds["round"].shape[0])
             if config_changes:
                 self._record_changes(resume_round, config_yaml, config_changes)
             self._unpublished = None
@@ -100,8 +113,7 @@ class RunLog:
         for key, value in data.items():
             g.attrs[key] = json.dumps(value)
         P, V = len(parties), len(val_sets)
-        _table(f.create_group("rounds"), {**ROUND_COLUMNS, "loss": ((P,), "f8"),
-                                          "party_images_per_s": ((P,), "f8")})
+        _table(f.create_group("rounds"), round_columns(P))
         fv = f.create_group("fv")
         fv.attrs["validators"] = json.dumps(list(val_sets))
         if T:

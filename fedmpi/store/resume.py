@@ -133,12 +133,28 @@ def config_changes(folder: Path, cfg) -> dict:
     from fedmpi.config import to_dict
     from fedmpi.config.rules import unread_keys
 
-    saved = saved_config(folder)
+    saved = _with_defaults(saved_config(folder), to_dict(type(cfg)()))
     before = _flat(_without_layout(saved, cfg.cross_device))
     now = _flat(_without_layout(to_dict(cfg), cfg.cross_device))
     unread = unread_keys(cfg)
     return {key: [before.get(key), now.get(key)] for key in sorted(set(before) | set(now))
             if before.get(key) != now.get(key) and not key.startswith(FREE_KEYS) and key not in unread}
+
+
+def _with_defaults(saved: dict, defaults: dict) -> dict:
+    """The checkpoint's config with the settings it predates at their defaults (e.g. fed.upload_check, added after
+    it was written): a setting the run never had is not a change of it."""
+    out = dict(saved)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and value and isinstance(out[key], dict) and key not in SCHEMA_FREE_DICTS:
+            out[key] = _with_defaults(out[key], value)
+    return out
+
+
+# sections whose keys are the rule's or the aggregator's own, not the schema's: taken as they were saved
+SCHEMA_FREE_DICTS = ("options", "aggregation")
 
 
 def check_changes(folder: Path, cfg, allowed: bool) -> dict:

@@ -67,7 +67,8 @@ def write_log(path: Path, *, algorithm: str, overrides: list[str], seed: int, ro
         log.append("rounds", round=r, step=step, lr=cfg.lr_at_round(r), wall_time=wall, round_time=round_time,
                    images_per_s=ips, bytes_moved=moved, bytes_up=moved // 2, bytes_down=moved // 4,
                    bytes_intra=moved - moved // 2 - moved // 4, fv_iterations=fv_iterations,
-                   loss=loss, party_images_per_s=rng.uniform(40, 90, P))
+                   loss=loss, party_images_per_s=rng.uniform(40, 90, P), update_norm=rng.uniform(1, 2, P),
+                   uploads_excluded=np.zeros(P, np.int64))
         if (r + 1) % 4 == 0 or r == rounds - 1:
             row = {"round": r, "step": step}
             for s in VAL_SETS:
@@ -371,7 +372,9 @@ def test_curves_figure_and_plotted_data(sweep, tmp_path):
     series = {(r["run"], r["series"]) for r in rows if r["panel"] == "loss"}
     assert ("k10_centralized", "union") in series
     assert {s for run, s in series if run == "k10_solo_vgg"} == {"vgg"}   # parties it never trained are left out
-    assert {r["panel"] for r in rows} == {"loss", "lfw", "calfw"}
+    assert {r["panel"] for r in rows} == {"loss", "update_norm", "lfw", "calfw"}
+    drift = [r for r in rows if (r["run"], r["panel"], r["series"]) == ("k10_pfm", "update_norm", "ga")]
+    assert all(close(r["value"], v) for r, v in zip(drift, pfm["rounds/update_norm"][:, 1])) and len(drift) == len(ga)
 
 
 # ------------------------------------------------------------------ the tools on a real run
@@ -454,7 +457,7 @@ WRITER = textwrap.dedent("""
             log.append("rounds", round=n, step=(n + 1) * 10, lr=0.1, wall_time=n + 1.0, round_time=1.0,
                        images_per_s=100.0, bytes_moved=10, bytes_up=4, bytes_down=4, bytes_intra=2, fv_iterations=0,
                        loss=np.array([n + 1.0, n + 2.0, n + 3.0]),
-                       party_images_per_s=np.ones(3))
+                       party_images_per_s=np.ones(3), update_norm=np.ones(3), uploads_excluded=np.zeros(3, np.int64))
         elif cmd == "partial":   # what a reader can meet mid-append: some columns one row longer
             for name in ("round", "step", "loss"):
                 ds = log.f["rounds/" + name]

@@ -7,8 +7,11 @@ chosen upload, of a median of planted outliers near zero. Under mpirun (one FedA
 the session's shared launch): what the server averages is linear in the scale, so the global models after a
 round with b's scale 1, 0 and -1 satisfy Θ(1) + Θ(-1) = 2 Θ(0) in the trainable values, while the BN statistics
 go as trained (equal in all three); the logged influence of FedAvg is w. A party that sends an update scaled by
-1e300 leaves a global model whose embeddings are not finite: the run ends cleanly, its evaluation logged as NaN (a
-diverged model is a result). Refusals: one line each."""
+1e300, aggregated with the server's upload check off, leaves a global model whose embeddings are not finite: the
+run ends cleanly, its evaluation logged as NaN (a diverged model is a result; tests/mpi/test_upload_check_runs.py
+has the check on). Refusals: one line each."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +30,7 @@ ONE_ROUND = [*SMALL, "fed.algorithm=fedavg", "fed.K=3", "optim.epochs=1", "optim
 SCALED = {scale: declare(f"attack-b-{scale}", [*ONE_ROUND, f"parties.b.attack.scale={scale}"])
           for scale in (1, 0, -1)}
 DIVERGED = declare("attack-b-diverges", [*(o for o in ONE_ROUND if o != "log.influence=true"), "eval.every=1",
-                                         "parties.b.attack.scale=1.0e+300"])
+                                         "parties.b.attack.scale=1e300", "fed.upload_check.action=off"])
 
 
 class Rows:
@@ -103,6 +106,14 @@ def test_a_diverged_global_model_ends_the_run_cleanly_with_its_evaluation_logged
 ])
 def test_bad_values_are_refused_in_one_line(overrides, message):
     assert_refused(["fv.enabled=false", *overrides], message)
+
+
+def test_effective_weights_of_uploads_that_are_not_finite_are_nan():
+    """A round the upload check let through (action off or warn) with a NaN upload: no affine mix to measure."""
+    rows = torch.ones(3, 10, dtype=torch.float64)
+    rows[1, 4] = float("nan")
+    weights, residual = effective_weights(rows, torch.ones(10, dtype=torch.float64))
+    assert torch.isnan(weights).all() and weights.shape == (3,) and math.isnan(residual)
 
 
 def test_effective_weights_sum_to_one_when_the_uploads_are_nearly_equal():

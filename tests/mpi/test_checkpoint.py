@@ -173,7 +173,7 @@ def test_a_log_left_open_by_a_killed_server_is_released_for_the_resumed_run(tmp_
             f"for r in range(4):\n"
             f"    log.append('rounds', round=r, step=r, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0,"
             f" bytes_moved=1, bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[float(r)],"
-            f" party_images_per_s=[1.0])\n"
+            f" party_images_per_s=[1.0], update_norm=[1.0], uploads_excluded=[0])\n"
             f"os._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     with pytest.raises(OSError):
@@ -363,7 +363,7 @@ def log_with_rounds(path, n):
     for r in range(n):
         log.append("rounds", round=r, step=2 * (r + 1), lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0,
                    bytes_moved=1, bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[float(r)],
-                   party_images_per_s=[1.0])
+                   party_images_per_s=[1.0], update_norm=[1.0], uploads_excluded=[0])
     log.close()
 
 
@@ -424,12 +424,32 @@ def test_a_new_log_takes_its_name_at_its_first_row(tmp_path):
     log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"])
     assert not path.exists()                          # a start that fails here leaves no log.h5
     log_rows = dict(round=0, step=2, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0, bytes_moved=1,
-                    bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[0.5], party_images_per_s=[1.0])
+                    bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[0.5], party_images_per_s=[1.0],
+                    update_norm=[1.0], uploads_excluded=[0])
     log.append("rounds", **log_rows)
     assert path.exists() and not list(tmp_path.glob(".*"))
     log.close()
     with LogReader(path) as reader:
         assert list(reader.table("rounds")["loss"][:, 0]) == [0.5]
+
+
+def test_a_resumed_log_of_an_earlier_fedmpi_gets_the_columns_it_lacks(tmp_path):
+    """A log written before the upload check's columns existed: a resume adds them, NaN (0 excluded) for the rounds
+    it already holds, and the next rows have them."""
+    path = tmp_path / "log.h5"
+    log_with_rounds(path, 3)
+    with h5py.File(path, "r+") as f:
+        del f["rounds/update_norm"], f["rounds/uploads_excluded"]
+    log = RunLog(path, config_yaml="x: 1", algorithm="pfm", run_name="r", parties=["a"], resume_round=2)
+    log.append("rounds", round=2, step=6, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=1.0, bytes_moved=1,
+               bytes_up=1, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[2.0], party_images_per_s=[1.0],
+               update_norm=[4.5], uploads_excluded=[1])
+    log.close()
+    with LogReader(path) as reader:
+        rounds = reader.table("rounds")
+    assert list(rounds["round"]) == [0, 1, 2] and list(rounds["loss"][:, 0]) == [0.0, 1.0, 2.0]
+    np.testing.assert_array_equal(rounds["update_norm"][:, 0], [np.nan, np.nan, 4.5])
+    assert list(rounds["uploads_excluded"][:, 0]) == [0, 0, 1]
 
 
 def test_a_resume_that_changes_the_lr_is_refused_unless_allowed(tmp_path):

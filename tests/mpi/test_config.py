@@ -1,12 +1,20 @@
-"""The config schema: the paper's defaults, overrides, and refusals that name the key path."""
+"""The config schema: the paper's defaults, overrides, and refusals that name the key path; numbers as Python and
+YAML 1.2 read them (1e-3, -1e6, 1.0e30, 5e+2, .5) in every float field, from overrides and files alike."""
+import dataclasses
 import subprocess
 import sys
 import time
+import types
+import typing
+from decimal import Decimal
 
 import pytest
 import yaml
 
-from fedmpi.config import ConfigError, config_from_yaml, load_config, to_yaml
+from fedmpi.aggregation.registry import AGGREGATORS
+from fedmpi.algorithms.registry import RULES
+from fedmpi.config import Config, ConfigError, PartyConfig, config_from_yaml, load_config, to_yaml
+from fedmpi.listed import listed_class
 from fedmpi.core.build import server_optimizer_name
 from fedmpi.layout import build_layout
 from jobs.mpirun import ROOT, mpirun
@@ -162,3 +170,105 @@ def test_a_resume_ignores_a_key_its_rule_does_not_read(tmp_path):
         with h5py.File(folder / "server.h5", "w") as f:
             f.create_dataset("config", data=to_yaml(saved))
         assert config_changes(folder, load_config(None, [f"fed.algorithm={rule}"])) == expected
+
+
+def test_a_resume_takes_a_setting_its_checkpoint_predates_at_its_default(tmp_path):
+    """A checkpoint written before fed.upload_check existed resumes without --allow-config-changes; one that set it
+    otherwise than now names the change."""
+    import h5py
+
+    from fedmpi.store.resume import config_changes
+
+    older = yaml.safe_load(to_yaml(load_config()))
+    del older["fed"]["upload_check"]
+    (tmp_path / "old").mkdir()
+    with h5py.File(tmp_path / "old" / "server.h5", "w") as f:
+        f.create_dataset("config", data=yaml.safe_dump(older))
+    assert config_changes(tmp_path / "old", load_config()) == {}
+    assert config_changes(tmp_path / "old", load_config(None, ["fed.upload_check.action=warn"])) == {
+        "fed.upload_check.action": ["exclude", "warn"]}
+
+
+# ---------------------------------------------------------------- numbers are numbers
+
+
+def float_fields(cls, prefix: str = ""):
+    """(dotted path, default) of every float field of the dataclass `cls` and the dataclasses it holds."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        if dataclasses.is_dataclass(tp):
+            yield from float_fields(tp, f"{prefix}{f.name}.")
+        elif tp is float:
+            yield f"{prefix}{f.name}", (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+
+
+def every_float_setting():
+    """(path, value, what else the setting needs, YAML file text): every float field of the config, the parties'
+    and the rules' and aggregators' options, each with a valid value (its default; 0.25 where it is empty)."""
+    cases = [(path, value, [], None) for path, value in float_fields(Config)]
+    cases += [(f"parties.ga.{path}", value, [], ("parties:\n  - name: ga\n" + nested(path, "{}", 4)))
+              for path, value in float_fields(PartyConfig)]
+    for name, where in RULES.items():
+        options = listed_class(where, name).Options
+        cases += [(f"fed.options.{path}", value, [f"fed.algorithm={name}"], None)
+                  for path, value in (float_fields(options) if dataclasses.is_dataclass(options) else ())]
+    for name, where in AGGREGATORS.items():
+        cases += [(f"fed.aggregation.{path}", value, [f"fed.aggregation.rule={name}", "fv.enabled=false"], None)
+                  for path, value in float_fields(listed_class(where, name).Options)]
+    assert len(cases) >= 30
+    return [pytest.param(path, 0.25 if value is None else value, extra, text, id=path)
+            for path, value, extra, text in cases]
+
+
+def nested(path: str, value: str, indent: int = 0) -> str:
+    """`a.b.c` as nested YAML mappings ending in `c: value`."""
+    *outer, last = path.split(".")
+    lines = [f"{'  ' * i}{key}:" for i, key in enumerate(outer)] + [f"{'  ' * len(outer)}{last}: {value}"]
+    return "".join(" " * indent + line + "\n" for line in lines)
+
+
+def exponent_form(value: float) -> str:
+    """The number written with an exponent and no dot (0.1 -> 1e-1, 600.0 -> 6e2), which YAML 1.1 reads as text."""
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    return f"{'-' if sign else ''}{''.join(map(str, digits))}e{exponent}"
+
+
+def value_at(cfg, path: str):
+    node = cfg
+    for key in path.split("."):
+        node = (next(p for p in node if p.name == key) if isinstance(node, list) else
+                node[key] if isinstance(node, dict) else getattr(node, key))
+    return node
+
+
+@pytest.mark.parametrize("path, value, extra, text", every_float_setting())
+def test_every_float_setting_reads_an_exponent_without_a_dot_from_an_override_and_a_file(path, value, extra, text,
+                                                                                         tmp_path):
+    form = exponent_form(value)
+    assert float(form) == value and "." not in form
+    assert value_at(load_config(overrides=[*extra, f"{path}={form}"]), path) == value
+    file = tmp_path / "config.yaml"
+    file.write_text(text.format(form) if text else nested(path, form))
+    assert value_at(load_config(file, extra), path) == value
+
+
+def test_the_papers_number_forms_through_print_config_and_a_file(tmp_path):
+    forms = ["optim.lr=1e-3", "fed.dp.delta=1e-5", "parties.ga.attack.scale=-1e6", "fed.server.lr=1.0e30",
+             "fed.upload_check.norm_ratio=5e+2", "fv.gamma=.5", "run.seed=1e3", "fv.enabled=on", "fed.upload_check.action=off"]
+    out = subprocess.run([sys.executable, "-m", "fedmpi.run", "--print-config", *forms], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    shown = yaml.safe_load(out.stdout)
+    assert (shown["optim"]["lr"], shown["fed"]["dp"]["delta"], shown["parties"][1]["attack"]["scale"],
+            shown["fed"]["server"]["lr"], shown["fed"]["upload_check"]["norm_ratio"], shown["fv"]["gamma"]) == (1e-3, 1e-5, -1e6, 1e30, 500, 0.5)
+    assert (shown["run"]["seed"], shown["fv"]["enabled"], shown["fed"]["upload_check"]["action"]) == (1000, True, "off")
+    file = tmp_path / "grid.yaml"
+    file.write_text("optim:\n  lr: 1e-3\n  weight_decay: 5e-4\nfed:\n  dp: {delta: 1e-5}\n  upload_check: {action: off}\n")
+    cfg = load_config(file)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.fed.dp.delta, cfg.fed.upload_check.action) == (
+        1e-3, 5e-4, 1e-5, "off")
+    with pytest.raises(ConfigError, match=r"^run.seed: expected an integer, got 1.5$"):
+        load_config(overrides=["run.seed=1.5e0"])         # an integer setting refuses only a number that is not one

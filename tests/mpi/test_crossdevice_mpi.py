@@ -1,8 +1,9 @@
 """Cross-device runs under mpirun (configs/hsu_cifar10.yaml shrunk by overrides): the reduction over trainer
 ranks equals gathering every client's model and averaging, on 1, 2 and 3 trainer ranks, for FedAvg and FedAvgM
 (float64, 1e-9), and so do SCAFFOLD (client states shipped by the server), MIME-lite (extra payloads) and PFM
-(M rebuilt on every trainer rank), which resume bitwise from a checkpoint; a run's test accuracy rises, and the
-run resumed from a checkpoint ends the same."""
+(M rebuilt on every trainer rank), which resume bitwise from a checkpoint, and SCAFFOLD with each rank's clients
+trained as one batch (clients.cohort=vectorised); a run's test accuracy rises, and the run resumed from a
+checkpoint ends the same."""
 from __future__ import annotations
 
 import json
@@ -59,6 +60,9 @@ def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
             assert torch.allclose(clients["values"], stored, atol=1e-9, rtol=0)
         if rule != "mime_lite":  # resumed after round 2: the clients' states (SCAFFOLD), M (PFM) restored
             assert torch.equal(torch.load(tmp_path / f"{rule}-resumed.pt")["theta"], theta), rule
+        if rule == "scaffold":   # each rank's clients as one batch: the client-by-client reference, to rounding
+            vectorised = torch.load(tmp_path / "scaffold-vectorised.pt")["theta"]
+            assert (vectorised - expected.theta).abs().max() < 1e-9
     # float32 models, summed in float64 on the ranks: the rank count changes the float64 sum by ~1e-16
     # relative, below float32's rounding, so the global model is the same bit for bit here
     float32 = [torch.load(tmp_path / f"fedavgm-float32-{ranks}.pt")["theta"] for ranks in (1, 2, 3)]

@@ -15,6 +15,7 @@ import torch
 from fedmpi.comm.nodes import RankPlace
 from fedmpi.layout import build_layout
 from fedmpi.config import ConfigError, load_config
+from fedmpi.core.malloc import TUNABLES
 from fedmpi.core.state import BackboneState
 from fedmpi.memory import available as avail
 from fedmpi.memory.check import check_memory, judge
@@ -120,7 +121,11 @@ def test_check_memory_reads_the_node_and_is_skipped_when_off(monkeypatch):
     cfg, layout = headline("run.device=cpu")
     places = [RankPlace(r, "vm", r, "127.0.0.1", None) for r in range(17)]
     monkeypatch.setenv(avail.AVAILABLE_ENV, "21G")
+    monkeypatch.setenv("GLIBC_TUNABLES", TUNABLES)     # a rank fedmpi.run restarted under the tuned malloc
     with pytest.raises(ConfigError, match=r"needs about 48.2 GB on node vm \(17 ranks\).*optim.batch_size=8 fits"):
+        check_memory(cfg, layout, FakeComm(17), places)
+    monkeypatch.delenv("GLIBC_TUNABLES")               # glibc's defaults keep more of each step's activations
+    with pytest.raises(ConfigError, match=r"needs about 79.7 GB on node vm \(17 ranks\).*optim.batch_size=8 fits"):
         check_memory(cfg, layout, FakeComm(17), places)
     check_memory(load_config(None, ["run.device=cpu", "run.memory_check=false"]), layout, FakeComm(17), places)
 

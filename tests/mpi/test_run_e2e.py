@@ -1,5 +1,6 @@
 """End to end under mpirun: the 17-rank paper layout with no config file (shrunk by overrides) and the CPU demo
-layout each write a readable HDF5 log whose losses fall."""
+layout each write a readable HDF5 log whose losses fall; in the demo layout the server's upload check raises
+nothing."""
 import numpy as np
 
 from fedmpi.store.h5log import LogReader
@@ -32,10 +33,13 @@ def test_17_rank_paper_layout_with_no_config(tmp_path):
     assert (rounds["bytes_moved"] > 0).all() and (rounds["images_per_s"] > 0).all()
 
 
-def test_demo_layout_loss_falls(tmp_path):
+def test_demo_layout_loss_falls_and_the_upload_check_raises_nothing(tmp_path):
     args = ["--config", "configs/demo_cpu.yaml", "optim.epochs=1", "optim.milestones=[]", "fv.enabled=false",
             "eval.every=0"]
     out, parties, rounds = run_and_read(tmp_path, 5, args)
     assert parties == ["ms1m", "ga", "vgg"]
     loss = rounds["loss"]
     assert (loss[-1] < 0.9 * loss[0]).all(), loss
+    # honest parties: every update norm measured, none out of range (the default fed.upload_check)
+    assert np.isfinite(rounds["update_norm"]).all() and not rounds["uploads_excluded"].any()
+    assert "out of range" not in out.stdout

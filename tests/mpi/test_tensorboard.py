@@ -69,7 +69,8 @@ def write_a_log(path: Path, mirror_folder: Path | None) -> None:
     for r in range(3):
         log.append("rounds", round=r, step=5 * (r + 1), lr=0.1 / (r + 1), wall_time=2.0 * r, round_time=2.0,
                    images_per_s=100.0 + r, bytes_moved=3 * 2**40, bytes_up=2**40, bytes_down=2**41, bytes_intra=0,
-                   fv_iterations=1, loss=[3.0 - r, 4.0 - r / 3], party_images_per_s=[50.0, 50.0 + r])
+                   fv_iterations=1, loss=[3.0 - r, 4.0 - r / 3], party_images_per_s=[50.0, 50.0 + r],
+                   update_norm=[2.0 + r, 1e6], uploads_excluded=[0, 1])
         log.append("fv", round=r, iteration=0, candidates=np.full((3, 2), 0.5), raw_scores=np.zeros((3, 1)),
                    norm_scores=np.zeros((3, 1)), chosen=r % 3, w=[0.5 + r / 10, 0.5 - r / 10])
         log.append("privacy", round=r, epsilon=1.5 * (r + 1))
@@ -82,8 +83,10 @@ def test_the_live_mirror_and_the_converter_write_what_the_log_holds(tmp_path):
     write_a_log(tmp_path / "run" / "log.h5", tmp_path / "run")
     expected = logged_scalars(tmp_path / "run" / "log.h5")
     for tag in ("rounds/loss/a", "rounds/lr", "rounds/images_per_s", "rounds/bytes_up", "rounds/bytes_down",
-                "rounds/bytes_intra", "rounds/round_time", "fv/w/b", "eval/lfw/accuracy", "privacy/epsilon"):
+                "rounds/bytes_intra", "rounds/round_time", "fv/w/b", "eval/lfw/accuracy", "privacy/epsilon",
+                "rounds/update_norm/a", "rounds/uploads_excluded/b"):
         assert tag in expected
+    assert expected["rounds/update_norm/b"] == [(1, 1e6), (2, 1e6), (3, 1e6)]   # a party drifting, round by round
     assert expected["rounds/loss/b"] == [(1, 4.0), (2, float(np.float32(4 - 1 / 3))), (3, float(np.float32(4 - 2 / 3)))]
     assert_same(read_events(tmp_path / "run"), expected)
 
@@ -101,7 +104,7 @@ def test_each_row_is_in_the_event_file_before_the_run_ends(tmp_path):
     try:
         log.append("rounds", round=0, step=5, lr=0.1, wall_time=1.0, round_time=1.0, images_per_s=10.0,
                    bytes_moved=0, bytes_up=0, bytes_down=0, bytes_intra=0, fv_iterations=0, loss=[2.5],
-                   party_images_per_s=[10.0])
+                   party_images_per_s=[10.0], update_norm=[3.0], uploads_excluded=[0])
         assert read_events(tmp_path)["rounds/loss/a"] == [(1, 2.5)]
     finally:
         log.close()

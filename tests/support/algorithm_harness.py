@@ -59,6 +59,7 @@ class GatheredUploads:
     def __init__(self, parties: int, numel: int):
         self._rows = PartyRows(parties, numel, dtype=torch.get_default_dtype())
         self.rows = self._rows.rows
+        self.upload_names = [chr(ord("a") + i) for i in range(parties)]
 
     def weighted_mean(self, w, out):
         return self._rows.weighted_sum(w, out)

@@ -138,13 +138,27 @@ def test_a_diverged_run_is_shown_as_such_and_left_out_of_the_means():
 
     def outcome(accuracy, diverged_round=None):
         o = Outcome.__new__(Outcome)
-        o.accuracy, o.diverged_round = accuracy, diverged_round
+        o.accuracy, o.diverged_round, o.stopped = accuracy, diverged_round, None
         return o
 
     runs = [outcome(80.0), outcome(70.0), outcome(float("nan"), 12)]
     assert accuracy_cell(runs) == "75.00 ± 5.00 (1 of 3 diverged)"
     assert accuracy_cell(runs[:2]) == "75.00 ± 5.00"
     assert runs[2].shown_accuracy == "diverged (round 12)" and runs[0].shown_accuracy == 80.0
+
+
+def test_a_run_stopped_by_its_diverged_global_model_is_an_outcome_with_its_line(tmp_path):
+    """A run the server stopped (state DIVERGED) in its first round has no log: its outcome is the round and the
+    one line of its stderr.txt."""
+    from fedmpi.analysis.badparty_outcomes import Outcome, stop_line
+
+    (tmp_path / "stderr.txt").write_text("[rank1]:[W TCPStore.cpp] recvValue failed\nrank 0 (server): round 2: the "
+                                         "global model is no longer finite after the aggregation; out-of-range "
+                                         "uploads aggregated: ga in round 1 (...)\n")
+    line = stop_line(tmp_path)
+    assert line.startswith("round 2: the global model is no longer finite")
+    stopped = Outcome(tmp_path / "log.h5", {"party": "ga"}, line)
+    assert stopped.shown_accuracy == "stopped (round 2)" and stopped.rounds_logged == 0
 
 
 def test_the_committed_privacy_curve_holds_the_numbers_of_its_logs():
@@ -199,5 +213,5 @@ def test_the_committed_results_file_is_what_the_report_writes_from_the_committed
                 if not line.startswith("This file was written again") and "sweep folder" not in line]
 
     assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "badparty_cpu.md").read_text())
-    for name in ("fv_weights", "accuracy", "privacy"):
+    for name in ("fv_weights", "accuracy", "privacy", "scaled"):
         assert (tmp_path / f"badparty_cpu_{name}.png").stat().st_size > 10_000, name

@@ -2,11 +2,13 @@
 set to cuda:0 while computing on the CPU, and any tensor left on the host where the device is needed raises as
 CUDA would. Covered: every aggregator (the mean, each robust rule, DP's Gaussian mean) on the silo exchange's
 rows and on the cross-device exchange's, with the weightings the server hands them (FV's and the fixed one, and
-the cross-device example counts, all on the host); FV's candidate builder before and after a resume; and the
+the cross-device example counts, all on the host), alone and behind the server's upload check (which excludes
+the outlier: its norms read once, the kept weights and rows on the device); FV's candidate builder before and after a resume; and the
 exchanges' point-to-point traffic, legal for its backend (gloo: host tensors only; NCCL: device tensors,
 receives posted in the order the peer sends). Each result equals the CPU run's bit for bit."""
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +22,7 @@ from fedmpi.aggregation.dp import GaussianMechanism
 from fedmpi.aggregation.krum import Krum, KrumOptions, MultiKrum, MultiKrumOptions
 from fedmpi.aggregation.median import Median
 from fedmpi.aggregation.trimmed_mean import TrimmedMean, TrimmedMeanOptions
+from fedmpi.aggregation.upload_check import UploadCheck
 from fedmpi.comm import p2p
 from fedmpi.config.aggregation import DPConfig
 from fedmpi.crossdevice import exchange as crossdevice_exchange
@@ -51,27 +54,36 @@ def dp_around_the_mean(options, reference: torch.Tensor) -> GaussianMechanism:
     return mechanism
 
 
-def silo_round(device, name: str) -> torch.Tensor:
+def aggregate(aggregator, uploads, w, reference, out, checked: bool) -> torch.Tensor:
+    """The server step's order: with `checked`, the upload check first (fed.upload_check's default, which excludes
+    UPLOADS[0], 90 x the others' update norm), then the aggregator."""
+    if checked:
+        uploads, w = UploadCheck("exclude", 10.0, reference, stream=io.StringIO())(
+            uploads, w, aggregator.clips_uploads, aggregator.needs_uploads)
+    return aggregator(uploads, w, out)
+
+
+def silo_round(device, name: str, checked: bool = False) -> torch.Tensor:
     """One server step's aggregation on the silo exchange's rows (set up as the server sets them up)."""
-    parties = [SimpleNamespace(leader=1 + i) for i in range(P)]
+    parties = [SimpleNamespace(leader=1 + i, name=f"p{i}") for i in range(P)]
     exchange = SiloExchange(parties, None, None, up_numel=D, down_numel=D, device=torch.device(device),
                             dtype=torch.float32, kept=1)
     exchange._buffers[0].rows.copy_(UPLOADS)
     exchange._latest = exchange._buffers[0]
     reference = torch.ones(D, device=device)           # Θ, the server's global payload
     out = torch.empty(D, device=device)
-    aggregators(reference)[name](exchange, W.clone(), out)
-    return out
+    return aggregate(aggregators(reference)[name], exchange, W.clone(), reference, out, checked)
 
 
 NAMES = list(aggregators(torch.ones(D)))
 
 
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("name", NAMES)
-def test_every_aggregator_on_the_silo_rows_keeps_to_the_device(name):
-    on_cpu = silo_round("cpu", name)
+def test_every_aggregator_on_the_silo_rows_keeps_to_the_device(name, checked):
+    on_cpu = silo_round("cpu", name, checked)
     with OnDevice() as mode:
-        on_gpu = silo_round(DEVICE, name)
+        on_gpu = silo_round(DEVICE, name, checked)
         assert mode.on_device(on_gpu)
     assert torch.equal(on_gpu, on_cpu)
 
@@ -121,20 +133,21 @@ def client_exchange(monkeypatch, device, every_upload=True, store=None) -> Clien
                           dtype=torch.float32, every_upload=every_upload, store=store)
 
 
-def crossdevice_round(monkeypatch, device, name: str) -> torch.Tensor:
+def crossdevice_round(monkeypatch, device, name: str, checked: bool = False) -> torch.Tensor:
     exchange = client_exchange(monkeypatch, device)
     exchange.clients = np.array([0, 2, 3, 5, 8, 13, 19])
     exchange._rows.copy_(UPLOADS)
     out = torch.empty(D, device=device)
-    aggregators(torch.ones(D, device=device))[name](exchange, exchange.example_weights(), out)
-    return out
+    reference = torch.ones(D, device=device)
+    return aggregate(aggregators(reference)[name], exchange, exchange.example_weights(), reference, out, checked)
 
 
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("name", NAMES)
-def test_every_aggregator_on_the_crossdevice_rows_keeps_to_the_device(monkeypatch, name):
-    on_cpu = crossdevice_round(monkeypatch, "cpu", name)
+def test_every_aggregator_on_the_crossdevice_rows_keeps_to_the_device(monkeypatch, name, checked):
+    on_cpu = crossdevice_round(monkeypatch, "cpu", name, checked)
     with OnDevice() as mode:
-        on_gpu = crossdevice_round(monkeypatch, DEVICE, name)
+        on_gpu = crossdevice_round(monkeypatch, DEVICE, name, checked)
         assert mode.on_device(on_gpu)
     assert torch.equal(on_gpu, on_cpu)
 

@@ -286,3 +286,42 @@ def test_privacyface_with_dp_fedavg_is_accepted():
 
     cfg = load_config(None, ["fed.algorithm=privacyface", "fed.dp.enabled=true"])
     assert cfg.fed.options["clusters"] == 1 and cfg.fed.local_momentum == 0.0
+
+
+# ---------------------------------------------------------------- a party the server's upload check leaves out
+
+
+def server_classes(rule, rows, d):
+    """The server's side of the class payloads for one-rank parties, filled by hand (no transport)."""
+    from fedmpi.layout import Party
+    from fedmpi.silo.classes import ServerClasses
+
+    parties = [Party(k, f"p{k}", (k + 1,), ()) for k in range(len(rows))]
+    return ServerClasses(rule, parties, rows, d, None, "cpu", torch.float64)
+
+
+def test_a_left_out_partys_rows_are_neither_corrected_nor_a_negative_of_the_others():
+    """FedGC with party 1 excluded by the upload check (or sending rows that are not finite): the other two are
+    corrected as if party 1 were not in the federation, and party 1 gets its own rows back unchanged."""
+    W = random_rows(C=9, d=4, seed=5)
+    rule = FedGC(FedGCOptions(lr_scale=2.0), head_scale=4.0)
+    server = server_classes(rule, [3, 3, 3], 4)
+    server.W.copy_(W)
+    server.W[3:6] = W[3:6] * 1e6
+    alone = torch.cat([W[0:3], W[6:9]]).clone()
+    rule.class_step(alone, bounds_of([3, 3]), 0.5, 0, {})
+    server.step_rows(~server.left_out(np.array([False, True, False])), 0.5, 0, {})
+    assert torch.equal(server.W[0:3], alone[0:3]) and torch.equal(server.W[6:9], alone[3:6])
+    assert torch.equal(server.W[3:6], W[3:6] * 1e6)
+    server.W[4, 1] = float("nan")
+    assert server.left_out(None).tolist() == [False, True, False]
+
+
+def test_a_left_out_partys_clusters_are_not_relayed():
+    rule = PrivacyFace(PrivacyFaceOptions(clusters=1))
+    server = server_classes(rule, [5, 5, 5], 3)
+    server.summaries.copy_(torch.tensor([[[1.0, 0, 0, 0.6, 1]], [[0, 1.0, 0, 0.6, 1]], [[0, 0, 1.0, 0.6, 1]]]))
+    server.answer(0, 0.1, {"releases": torch.zeros((), dtype=torch.int64)}, excluded=np.array([False, False, True]))
+    assert valid_cones(server.replied[0]).tolist() == [[0, 1.0, 0, 0.6, 1]]   # party 2's cluster held back
+    assert valid_cones(server.replied[2]).shape == (2, 5)                     # it still hears the others
+    assert server.row["released"] == 2

@@ -1,10 +1,14 @@
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from fedmpi.fv.search import (FVSearch, MovingNorm, candidate_backbone, choose, local_norm, sample_candidates, smooth)
+from fedmpi.errors import Diverged
+from fedmpi.fv.search import (FVSearch, MovingNorm, NoFiniteCandidate, candidate_backbone, choose, local_norm,
+                              sample_candidates, smooth)
+from fedmpi.fv.weighting import FederatedValidation
 
 S = np.array([[0.9, 0.5],
               [0.8, 0.7],
@@ -190,6 +194,41 @@ def test_search_rejects_bad_input():
         FVSearch(3, initial_w=[0.5, 0.5])
     with pytest.raises(ValueError, match="FV state is for 3 parties"):
         FVSearch(4).load_state_dict(search.state_dict())
+
+
+def test_a_candidate_whose_scores_are_not_finite_is_ranked_last_and_the_search_moves_away():
+    search = FVSearch(3, T=3, phi=0.5, seed=0)
+    candidates = search.propose()
+    raw = np.array([[np.nan, 0.6], [0.7, 0.8], [0.5, 0.5]])       # the current w's backbone is not finite
+    record = search.update(candidates, raw)
+    assert np.isneginf(record["normalized"][0]).all()
+    np.testing.assert_array_equal(record["normalized"][1:], local_norm(raw[1:]))   # the others among themselves
+    assert record["chosen"] == 1 and np.array_equal(search.w, 0.5 * candidates[0] + 0.5 * candidates[1])
+    moving = FVSearch(3, T=3, norm="moving", seed=0)
+    moving.update(moving.propose(), raw)
+    np.testing.assert_array_equal(moving.moving.mu, [0.6, 0.65])      # its statistics follow the finite ones
+    candidates = search.propose()
+    with pytest.raises(NoFiniteCandidate, match="every one of the 3 FV candidates has a score that is not finite"):
+        search.update(candidates, np.full((3, 2), np.inf))
+
+
+class NotFiniteScores:
+    """Validators whose every reply is NaN: every candidate backbone has embeddings that are not finite."""
+    val_sets = ["lfw"]
+
+    def post(self, word, flat):
+        return SimpleNamespace(done=True, result=lambda: {"lfw": math.nan})
+
+
+def test_fv_with_no_finite_candidate_stops_the_run_saying_the_global_model_is_not_finite():
+    cfg = SimpleNamespace(fv=SimpleNamespace(T=2, phi=0.1, gamma=0.01, eps=1e-3, norm="local"),
+                          run=SimpleNamespace(seed=0))
+    fv = FederatedValidation(cfg, 2, NotFiniteScores(), log=None, initial_w=np.full(2, 0.5))
+    fv.for_round(0, torch.zeros(2, 3))
+    fv.start()
+    with pytest.raises(Diverged, match=r"^the global model is no longer finite: every one of the 2 FV candidates "
+                                       r"has a score that is not finite \(FV iteration 1\)$"):
+        fv.complete_if_done(1)
 
 
 class RecordingValidator:

@@ -1,5 +1,6 @@
 """The hsu sweep's grid (python -m jobs.sweep hsu) and the tools that read it: fedmpi.analysis.hsu_table (rows C, columns
-alpha, panels E, best lr per cell averaged over seeds, FedAvg / FedAvgM) and fedmpi.analysis.hsu_lr (accuracy vs eta_eff)."""
+alpha, panels E, best lr per cell averaged over seeds, FedAvg / FedAvgM), fedmpi.analysis.hsu_lr (accuracy vs eta_eff)
+and the two-stage study of make hsu-cpu (jobs/hsu_study.py, fedmpi.analysis.hsu_report: paired seeds, claims)."""
 from __future__ import annotations
 
 import json
@@ -102,11 +103,74 @@ def test_lr_figure_and_errors(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "lr.png").stat().st_size > 10_000
-    from fedmpi.analysis.hsu_lr import curves
-    lines = curves(load_results(tmp_path))[(1, 0.1, 100.0)]
-    assert lines[0.0] == [(0.01, 0.75), (0.1, 0.7)]
+    from fedmpi.analysis.hsu_lr import curves, seeded_points
+    results = load_results(tmp_path)
+    lines = curves(results)[(1, 0.1, 100.0)]
+    assert lines[0.0] == [(0.01, 0.8), (0.1, 0.9)]               # the seed every setting ran (seed 0)
     assert lines[0.97] == [(pytest.approx(0.01 / 0.03), 0.84)]   # eta_eff = eta / (1 - beta)
+    bars = seeded_points(results)[(1, 0.1, 100.0)][0.0]          # points with more seeds: mean ± half range
+    assert [(eta, pytest.approx(mean), pytest.approx(half)) for eta, mean, half in bars] == [(0.01, 0.75, 0.05),
+                                                                                             (0.1, 0.7, 0.2)]
     (tmp_path / "empty").mkdir()
     bad = subprocess.run([sys.executable, "-m", "fedmpi.analysis.hsu_table", str(tmp_path / "empty")], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "no sweep index here" in bad.stderr
+
+
+def test_the_study_tunes_on_one_seed_then_runs_each_cells_best_on_the_others(tmp_path):
+    from fedmpi.analysis.hsu_report import Cells, claims, paired_table, windows
+    from jobs.hsu_study import SCALES, HsuScale, follow_up, study
+
+    cpu = study(SCALES["cpu"])
+    assert len(cpu) == 2 * 2 * 3 * 5 and {r.labels["seed"] for r in cpu} == {0}   # alpha x C x rules x eta_eff
+    assert "optim.lr=0.0003" in next(r for r in cpu if r.name == "fedavgm-b0.97-E1-C0.1-a0-lr0.0003-s0").overrides
+    scale = HsuScale(common=("clients.rounds=2",), alpha=(100.0, 0.0), fraction=(0.1,), beta=(0.9,),
+                     eta_eff=(0.01, 0.1), seeds=(0, 1, 2))
+    tuned = {("fedavg", 0.0, 1, 0.1, 100.0, 0.01, 0): 0.5, ("fedavg", 0.0, 1, 0.1, 100.0, 0.1, 0): 0.6,
+             ("fedavg", 0.0, 1, 0.1, 0.0, 0.01, 0): 0.2, ("fedavg", 0.0, 1, 0.1, 0.0, 0.1, 0): 0.1,
+             ("fedavgm", 0.9, 1, 0.1, 100.0, 0.001, 0): 0.7, ("fedavgm", 0.9, 1, 0.1, 100.0, 0.01, 0): 0.65,
+             ("fedavgm", 0.9, 1, 0.1, 0.0, 0.001, 0): 0.4, ("fedavgm", 0.9, 1, 0.1, 0.0, 0.01, 0): 0.3}
+    fake_sweep(tmp_path, tuned)
+    assert [r.name for r in follow_up(scale, tmp_path)] == [
+        "fedavg-b0-E1-C0.1-a0-lr0.01-s1", "fedavg-b0-E1-C0.1-a0-lr0.01-s2",
+        "fedavg-b0-E1-C0.1-a100-lr0.1-s1", "fedavg-b0-E1-C0.1-a100-lr0.1-s2",
+        "fedavgm-b0.9-E1-C0.1-a0-lr0.001-s1", "fedavgm-b0.9-E1-C0.1-a0-lr0.001-s2",
+        "fedavgm-b0.9-E1-C0.1-a100-lr0.001-s1", "fedavgm-b0.9-E1-C0.1-a100-lr0.001-s2"]
+    # the seeds of the chosen settings: FedAvgM above FedAvg at alpha = 0 in every seed, paired
+    more = {("fedavg", 0.0, 1, 0.1, 0.0, 0.01, s): a for s, a in ((1, 0.15), (2, 0.25))}
+    more |= {("fedavgm", 0.9, 1, 0.1, 0.0, 0.001, s): a for s, a in ((1, 0.35), (2, 0.3))}
+    more |= {("fedavg", 0.0, 1, 0.1, 100.0, 0.1, s): 0.6 for s in (1, 2)}
+    more |= {("fedavgm", 0.9, 1, 0.1, 100.0, 0.001, s): 0.7 for s in (1, 2)}
+    fake_sweep(tmp_path, tuned | more)
+    results = load_results(tmp_path)
+    cells = Cells(results)
+    assert cells.seeds[("fedavgm", 0.9, 0.1, 0.0)] == {0: 0.4, 1: 0.35, 2: 0.3}
+    assert cells.paired(("fedavgm", 0.9, 0.1, 0.0), ("fedavg", 0.0, 0.1, 0.0)) == pytest.approx([0.2, 0.2, 0.05])
+    assert paired_table(cells).rows[0][2:] == ["0.100 ± 0.000 [+0.100, +0.100]", "0.150 ± 0.075 [+0.050, +0.200]"]
+    verdicts = {row[0]: row[2] for row in claims(cells, windows(results, 0)).rows}
+    assert verdicts["FedAvg's accuracy falls as α → 0 (Table 1)"] == "shows"
+    assert verdicts["FedAvgM β=0.9 keeps more than FedAvg at α=0 (76.9 % against 30.1 % in the paper)"] == \
+        "shows in every seed"
+
+
+def test_the_committed_results_file_is_what_the_report_writes_from_the_committed_logs(tmp_path):
+    """`--report-only` over docs/results/hsu-cpu writes every generated table of hsu_cpu.md as committed (but the
+    lines naming the commit it was written at and the sweep folder, and the analysis' seconds); its figure exists."""
+    import re
+
+    from fedmpi.analysis.fedface_report import HAND_WRITTEN
+    from jobs.site import ROOT
+
+    out = tmp_path / "hsu_cpu.md"
+    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "hsu", "--scale", "cpu", "--report-only",
+                           "--folder", "docs/results/hsu-cpu", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def generated(text):
+        text = re.sub(r"analysis \d+\.\d+ s", "analysis - s", text.split(HAND_WRITTEN, 1)[0])
+        return [line for line in text.splitlines() if line
+                and not line.startswith("This file was written again") and "sweep folder" not in line]
+
+    assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "hsu_cpu.md").read_text())
+    assert (tmp_path / "hsu_cpu_lr.png").stat().st_size > 10_000

@@ -1,5 +1,8 @@
-"""The malloc settings fedmpi.run starts its ranks under (fedmpi/core/malloc.py): added once, never over a user's."""
-from fedmpi.core.malloc import TUNABLES, tuned_environment
+"""The malloc settings fedmpi.run starts its ranks under (fedmpi/core/malloc.py): where a node would be short of memory
+under glibc's defaults (or when asked), added once, never over a user's."""
+from fedmpi.core.malloc import TUNABLES, running_tuned, tuned_environment
+from fedmpi.memory.check import ranks_per_node
+from fedmpi.run import memory_short
 
 
 def test_the_tunables_are_added_once_beside_other_tunables():
@@ -14,3 +17,28 @@ def test_a_users_own_malloc_setting_or_the_opt_out_is_kept():
                 {"FEDMPI_MALLOC": "default"}):
         assert tuned_environment(env, libc="glibc") is None
     assert tuned_environment({}, libc="musl") is None
+
+
+def test_unset_or_auto_tunes_only_where_memory_is_short_and_tuned_always():
+    for mode in ({}, {"FEDMPI_MALLOC": "auto"}):
+        assert tuned_environment(mode, libc="glibc", short=lambda: False) is None
+        assert tuned_environment(mode, libc="glibc", short=lambda: True)["GLIBC_TUNABLES"] == TUNABLES
+    assert tuned_environment({"FEDMPI_MALLOC": "tuned"}, libc="glibc", short=lambda: False) is not None
+    assert running_tuned({"GLIBC_TUNABLES": f"glibc.pthread.rseq=0:{TUNABLES}"}) and not running_tuned({})
+
+
+def test_a_launch_is_short_where_its_node_would_not_hold_it_under_glibcs_defaults(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "5")
+    demo = ["--config", "configs/demo_cpu.yaml", "run.device=cpu"]
+    monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", "64G")
+    assert not memory_short(demo)                                  # the demo's 5 ranks fit: glibc's defaults
+    monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", "2G")
+    assert memory_short(demo)                                      # 2 GB: the tuned malloc's smaller peaks
+    assert not memory_short(["--config", "configs/hsu_cifar10.yaml", "run.device=cpu"])  # cross-device: never
+    assert not memory_short(["--config", "configs/demo_cpu.yaml", "no.such.key=1"])     # main() reports it
+
+
+def test_ranks_per_node_come_from_the_launcher():
+    assert ranks_per_node({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 17) == 4
+    assert ranks_per_node({"SLURM_NTASKS": "17", "SLURM_STEP_NUM_NODES": "2"}, 17) == 9
+    assert ranks_per_node({}, 17) == 17

@@ -1,7 +1,8 @@
 """mpirun worker (4 ranks): cross-device runs of FedAvg and FedAvgM in float64 and FedAvgM in float32, each on 1,
 2 and 3 trainer ranks; then the rules with extra payloads or trainer state (SCAFFOLD, MIME-lite, PFM: STATEFUL)
-on 2 trainer ranks with one-batch clients (5 images) and a checkpoint every round, and SCAFFOLD and PFM once more
-resumed from the checkpoint after round 2 (OUT/<rule>-resumed); all in one launch (one start-up of torch).
+on 2 trainer ranks with one-batch clients (5 images) and a checkpoint every round, SCAFFOLD once more with each
+rank's clients trained as one batch (clients.cohort=vectorised), and SCAFFOLD and PFM once more resumed from the
+checkpoint after round 2 (OUT/<rule>-resumed); all in one launch (one start-up of torch).
 For each, world ranks 0..k run the real server and trainer roles over their own MPI communicator and
 torch.distributed group; the other ranks only join the collective set-up calls.
 Each run saves its final global model as OUT/<name>.pt (name: <algorithm>-<dtype>-<k>, or the STATEFUL key) and
@@ -29,6 +30,7 @@ from fedmpi.layout import build_layout
 STATEFUL = {"scaffold": (["fed.algorithm=scaffold"], 2, None),
             "mime_lite": (["fed.algorithm=mime_lite"], 2, None),
             "pfm": (["fed.algorithm=pfm", "optim.momentum=0.9"], 2, None),
+            "scaffold-vectorised": (["fed.algorithm=scaffold", "clients.cohort=vectorised"], 2, None),
             "scaffold-resumed": (["fed.algorithm=scaffold"], 2, "scaffold"),
             "pfm-resumed": (["fed.algorithm=pfm", "optim.momentum=0.9"], 2, "pfm")}
 ONE_STEP = ["clients.images=5", "checkpoint.every=1", "checkpoint.keep=3"]
