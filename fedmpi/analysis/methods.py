@@ -19,6 +19,9 @@ LABELS = {
     "fedadagrad": ("FedAdagrad", "#843c39"),
     "mime_lite": ("MIME-lite", "#bcbd22"),
     "feddyn": ("FedDyn", "#17becf"),
+    "fedaws": ("FedAwS", "#e377c2"),
+    "fedgc": ("FedGC", "#d62728"),
+    "privacyface": ("PrivacyFace", "#2f4b7c"),
     "centralized": ("Centralized", "#000000"),
     "solo": ("Solo", UNKNOWN_COLOR),
 }
