@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu badparty-cpu bytecode gpu-check
+.PHONY: demo eval-demo test venv bench clean hsu-cpu fedface-cpu badparty-cpu fr-baselines-cpu bytecode gpu-check
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -89,4 +89,10 @@ LOCK ?= /tmp/fedmpi-heavy.lock
 LOCK_HOLD ?= 300
 badparty-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce badparty --scale cpu --folder docs/results/badparty-cpu --lock $(LOCK) \
+		--lock-hold $(LOCK_HOLD) $(ARGS)
+
+# The field's FR baselines (FedAwS, FedGC, PrivacyFace) beside FedAvg, PFM, FedFace and centralized, two seeds each
+# (jobs/frbaselines_study.py), into docs/results/fr-baselines_cpu.md; the lock as in badparty-cpu
+fr-baselines-cpu: $(STAMP) bytecode
+	$(PY) -m jobs.reproduce fr-baselines --scale cpu --folder docs/results/fr-baselines-cpu --lock $(LOCK) \
 		--lock-hold $(LOCK_HOLD) $(ARGS)

@@ -14,6 +14,7 @@ import io
 import os
 import datetime
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -29,8 +30,41 @@ from fedmpi.layout import SERVER, build_layout, check_world_size
 USAGE_ERROR = 2
 
 
+HELP = """Federated face recognition on MPI: rank 0 is the server, the next ranks each party's trainers (a party's
+classifier stays with it, sharded over its ranks), then any dedicated validators. Launch it under mpirun, srun or
+sbatch with as many ranks as the config's layout needs (`python -m fedmpi.layout --config FILE` says how many).
+
+common launches:
+  mpirun -n 5 python -m fedmpi.run --config configs/demo_cpu.yaml          the CPU demo: FedFace on 3 synthetic
+                                                                            parties of 2/1/1 ranks (`make demo`)
+  mpirun -n 5 python -m fedmpi.run --config configs/demo_cpu.yaml fed.algorithm=fedgc log.name=gc
+  mpirun -n 17 python -m fedmpi.run optim.batch_size=8                      the paper's 3-party 8/4/4 layout
+  mpirun -n 5 python -m fedmpi.run --config configs/demo_cpu.yaml log.name=gc --resume auto
+                                                                            continue a run from its newest checkpoint
+  python -m fedmpi.run --print-config fed.algorithm=privacyface             every setting and its value, nothing run
+  sbatch slurm/fedface_3party.sh                                            on a Slurm cluster (docs/CLUSTER.md)
+
+main settings (key=value overrides on the defaults or on --config's file; --print-config lists them all):
+  fed.algorithm=NAME      {rules}
+  fed.options.KEY=VALUE   the rule's own options (docs/BASELINES.md for fedaws, fedgc, privacyface)
+  fed.K=N                 local steps per round;  fed.setting=centralized|solo  the single-party baselines
+  fv.enabled=true         Federated Validation (FedFace is pfm with it)
+  parties=[...]           each party's name, ranks and data (synthetic faces by default, or .rec/.idx folders)
+  optim.lr, optim.batch_size, optim.epochs, model.backbone=ir18|ir34|ir50|ir100, model.head=arcface|cosface
+  fed.dp.enabled=true, fed.aggregation.rule=median|krum|...  private or robust aggregation
+  log.dir, log.name, checkpoint.every=N, eval.every=N, run.device=cpu|cuda
+
+documentation: README.md (quick start, running, algorithms, outputs), docs/ARCHITECTURE.md (how it works),
+docs/BASELINES.md (FedAwS, FedGC, PrivacyFace and what leaves a party), docs/READ_A_RUN.md (the run log),
+docs/CLUSTER.md (Slurm), docs/WRITE_A_RULE.md (adding a rule)."""
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m fedmpi.run", description=__doc__,
+    from fedmpi.algorithms.registry import RULES
+
+    rules = textwrap.fill("the federated rule (default pfm): " + ", ".join(RULES), width=112, initial_indent=" " * 26,
+                          subsequent_indent=" " * 26).lstrip()
+    parser = argparse.ArgumentParser(prog="python -m fedmpi.run", description=HELP.format(rules=rules),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file (default: the built-in paper settings, "
                                                        "3-party 8/4/4 on synthetic faces)")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
+from jobs.frbaselines_study import SCALES as FR_SCALES, study as fr_study
 from jobs.hsu_study import SCALES as HSU_SCALES, follow_up as hsu_follow_up, study as hsu_study
 from fedmpi.analysis.sweep_index import ended, read_index, write_index
 from jobs.local import children_cpu_s
@@ -32,6 +33,7 @@ from jobs.sweep_plans import RunSpec
 # study -> (its scales, its runs at a scale, the function that writes its results file from the logs)
 STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
            "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report"),
+           "fr-baselines": (FR_SCALES, fr_study, "fedmpi.analysis.frbaselines_report:write_report"),
            "hsu": (HSU_SCALES, hsu_study, "fedmpi.analysis.hsu_report:write_report")}
 # study -> the runs it adds once its first runs are done, chosen from their results (scale, folder) -> runs
 FOLLOW_UPS = {"hsu": hsu_follow_up}

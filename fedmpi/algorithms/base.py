@@ -16,6 +16,14 @@
                  weighs_parties                           the party's upload comes with its weight (the
                                                           objective's), which replaces w (FedFR: |D_k ∪ H_k|)
 
+  class embeddings (a rule with `class_payload`; fedmpi/silo/classes.py moves them, docs/BASELINES.md)
+                 class_due(r)                             whether they travel in round r
+  "rows"         class_step(W, bounds, lr, state)         the server's step on the stacked W = [W_1; ...; W_P]
+                                                          (in place); each party gets its rows back
+  "summary"      summarise(W_k, out, r, party, state)     the party leader's summary of its gathered W_k
+                 relay(uploads, replies, r, state)        the server's relay: each party's reply from the others'
+                                                          summaries, kept by the party as extra negatives
+
 `up` / `down` name the extra payloads a rule moves besides θ_i and Θ, each of the size of the trainable
 parameters; the roles pack them after the backbone in one flat buffer. `client_state` / `global_state` name
 the trainer-state keys that must survive a round where a trainer rank trains other clients each round (the
@@ -72,6 +80,12 @@ class Algorithm:
     # fed.local_momentum is when a config leaves it empty. None: the rule's local step carries a momentum of its
     # own (PFM's M, MIME-lite's server momentum) and does not read fed.local_momentum.
     local_momentum_default: ClassVar[float | None] = 0.0
+    # What of a party's class embeddings W_k leaves it: "" nothing (FedFace's invariant: the classifier never leaves
+    # its party); "rows" W_k itself, to the server, which corrects the stacked rows and sends each party its own back
+    # (FedAwS, FedGC); "summary" a summary the party's leader makes of W_k, which the server relays to the other
+    # parties (PrivacyFace's DP clusters). Chosen by the rule alone; printed at a run's start and kept in its log.
+    class_payload: ClassVar[str] = ""
+    class_columns: ClassVar[dict] = {}              # the log's `classes` table: what class_step / relay return
     # Whether the local step may run on a cohort's parameters stacked along a leading client dimension
     # (crossdevice/cohort.py): its arithmetic element by element, Θ and the down payloads broadcast over the
     # clients. False for a rule that reshapes what it reads (PFM's flat M).
@@ -137,6 +151,47 @@ class Algorithm:
         if type(self).on_global is Algorithm.on_global:
             return None
         return torch.empty_like(like)
+
+    @property
+    def leaves_party(self) -> str:
+        """What crosses from a party to the server, in words (printed at start, kept in the log)."""
+        what = ["backbone", *self.up]
+        if self.class_payload == "rows":
+            what.append("class embeddings")
+        elif self.class_payload == "summary":
+            what.append("differentially private clusters of the class embeddings")
+        return ", ".join(what)
+
+    # ---- class embeddings (rules with class_payload)
+    def class_due(self, r: int) -> bool:
+        """Whether the class payload travels in round r (0-based)."""
+        return bool(self.class_payload)
+
+    def summary_shape(self, d: int) -> tuple[int, int]:
+        """"summary": the [rows, columns] a party's summary of its d-dimensional class embeddings takes."""
+        raise NotImplementedError
+
+    def summarise(self, W: torch.Tensor, out: torch.Tensor, r: int, party: int, state: dict) -> None:
+        """"summary": on the party's leader, fill `out` from the party's gathered class embeddings W [n_k, d]."""
+        raise NotImplementedError
+
+    def class_step(self, W: torch.Tensor, bounds: list[tuple[int, int]], lr: float, r: int, state: dict) -> dict:
+        """"rows": the server's step on the stacked class embeddings W [C, d], party k's rows W[bounds[k]], in
+        place; lr: the round's learning rate. Returns the round's row of the log's `classes` table."""
+        raise NotImplementedError
+
+    def relay(self, uploads: torch.Tensor, replies: torch.Tensor, r: int, state: dict) -> dict:
+        """"summary": each party's reply [P, (P-1) rows, columns] from the summaries [P, rows, columns]. Returns the
+        round's row of the log's `classes` table."""
+        raise NotImplementedError
+
+    def class_note(self, state: dict) -> str:
+        """The end of the round's progress line (PrivacyFace: the ε spent so far), or ''."""
+        return ""
+
+    def class_summary(self, state: dict) -> str:
+        """A line for the run's closing summary, or ''."""
+        return ""
 
     # ---- server side
     def init_server_state(self, theta: torch.Tensor, down: dict[str, torch.Tensor] | None = None) -> dict:

@@ -19,6 +19,9 @@ RULES = {
     "fedadagrad": "fedmpi.algorithms.fedadagrad:FedAdagrad",
     "mime_lite": "fedmpi.algorithms.mime_lite:MimeLite",
     "feddyn": "fedmpi.algorithms.feddyn:FedDyn",
+    "fedaws": "fedmpi.algorithms.fedaws:FedAwS",
+    "fedgc": "fedmpi.algorithms.fedgc:FedGC",
+    "privacyface": "fedmpi.algorithms.privacyface:PrivacyFace",
     "fedfr": "fedmpi.algorithms.fedfr:FedFR",
 }
 

@@ -19,7 +19,10 @@ LABELS = {
     "fedadagrad": ("FedAdagrad", "#843c39"),
     "mime_lite": ("MIME-lite", "#bcbd22"),
     "feddyn": ("FedDyn", "#17becf"),
-    "fedfr": ("FedFR", "#e377c2"),
+    "fedaws": ("FedAwS", "#e377c2"),
+    "fedgc": ("FedGC", "#d62728"),
+    "privacyface": ("PrivacyFace", "#2f4b7c"),
+    "fedfr": ("FedFR", "#8c6d31"),
     "centralized": ("Centralized", "#000000"),
     "solo": ("Solo", UNKNOWN_COLOR),
 }

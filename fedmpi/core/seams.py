@@ -72,10 +72,14 @@ class Setting(Protocol):
     """A federated setting as the round loop takes it (the model and the rule are the run's parts, core/build.py)."""
     parties: list[str]                  # the rows of the log's per-party columns
     data_description: dict              # the log's /data
-    log_schema: dict                    # RunLog keyword arguments: val_sets, fv_candidates, eval_columns, extra_tables
+    log_schema: dict                    # RunLog keyword arguments: val_sets, fv_candidates, eval_columns, extra_tables,
+                                        # attrs
     party_tables: dict                  # {table: [column]}: the log tables (in extra_tables) of RoundStats.columns,
                                         # a row in each round where a party reported one of them
 
     def side_work(self, log) -> SideWork: ...
     # built after the side work: it keeps `kept` earlier rounds' uploads that the side work still reads
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> Exchange: ...
+    # asked only for a rule with a class payload (Algorithm.class_payload): post / is_complete / wait like the
+    # exchange, step(r, lr, state) (the rule's step, then the replies), row, bytes_per_round (silo/classes.py)
+    def class_exchange(self): ...

@@ -64,6 +64,8 @@ class Server:
             self.log.mirror = EventWriter(run_dir, self.parties)
         self.side = setting.side_work(self.log)
         self.exchange = setting.exchange(self.log, self.up_numel, self.down.flat.numel(), self.side.uploads_kept)
+        # the parties' class payloads, for a rule that lets something of its class embeddings leave a party
+        self.classes = setting.class_exchange() if self.algorithm.class_payload else None
         self.aggregator = parts.aggregator
         self.privacy = (PrivacyReport(cfg.fed.dp, cfg.planned_rounds, cfg.rounds, cfg.sampling_rate, self.aggregator)
                         if cfg.fed.dp.enabled else None)
@@ -87,8 +89,13 @@ class Server:
             # a diverged round ends the run in one line naming its round and uploads (aggregation/upload_check.py)
             with self.check.naming_round(r), comm.naming_failures(f"round {r + 1}"):
                 exchange.post(r)
-                side.work_until(exchange.is_complete, r)
+                classes = self.classes
+                if classes:
+                    classes.post(r)
+                side.work_until(lambda: exchange.is_complete() and (not classes or classes.is_complete()), r)
                 exchange.wait()
+                if classes:
+                    classes.wait()
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
                 if exchange.party_weights is not None:   # the rule weighs the parties itself (FedFR's set sizes)
@@ -97,6 +104,9 @@ class Server:
                 if self.influence:
                     self.influence.measure(r, rows, self.step.combination)
                 exchange.send(self.down.flat)
+                if classes:   # the rule's step on the class payloads (those of the uploads kept), and the replies
+                    classes.step(r, cfg.lr_at_round(r), self.algo_state,
+                                 self.check.last.excluded if self.check.last else None)
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             self.check.after_round(r, self.down.flat, stats.loss, self.parties)   # before any checkpoint of it
@@ -112,6 +122,8 @@ class Server:
         cfg = self.cfg
         party_ips = stats.images / np.maximum(stats.seconds, 1e-9)
         moved = self.exchange.bytes_per_round()
+        if self.classes:
+            moved = {k: v + self.classes.bytes_per_round()[k] for k, v in moved.items()}
         images = stats.images.sum()
         self.log.append("rounds", round=r, step=(r + 1) * cfg.fed.K, lr=cfg.lr_at_round(r), wall_time=wall_time,
                         round_time=round_time, images_per_s=images / round_time,
@@ -128,6 +140,11 @@ class Server:
             if stats.columns and any(name in stats.columns for name in names):
                 nothing = np.full(len(self.parties), np.nan)
                 self.log.append(table, round=r, **{name: stats.columns.get(name, nothing) for name in names})
+        if self.classes:
+            if self.classes.row:
+                self.log.append("classes", **self.classes.row)
+            extra = self.algorithm.class_note(self.algo_state)
+            note = f"{note}  {extra}" if note and extra else note or extra
         self.progress.line(r, stats.loss, images / round_time, wall_time, note=note)
         if stats.first_step_s is not None:
             self.log.record_first_steps(r, dict(zip(self.parties, stats.first_step_s.tolist())))
@@ -175,5 +192,7 @@ class Server:
         skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
                    if self.bad_records else "")
         privacy = self.privacy.summary() if self.privacy else ""
+        if self.classes:
+            privacy += self.algorithm.class_summary(self.algo_state)
         self.progress.summary(self.run_dir / "log.h5", extra=skipped + privacy + self.side.summary())
 

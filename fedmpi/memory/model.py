@@ -50,10 +50,14 @@ DTYPE_BYTES = {"float32": 4, "float64": 8}
 RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
                 "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1),
-                "fedfr": (0, 0, 1, 0)}
+                "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0), "fedfr": (0, 0, 1, 0)}
 CLIENT_STATE = {"scaffold": 1, "feddyn": 1}      # per-client trainer-state tensors of n values (client_state)
 CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (models/cifar_cnn.py), all trainable
-SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedfr"}   # the server step is the average itself: no separate mean
+# the server step is the average itself: no separate mean
+SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface", "fedfr"}
+# the rules whose class embeddings leave the parties (Algorithm.class_payload): "rows" go to the server, which holds
+# them all; a "summary" is made from the party's rows gathered on its leader
+CLASS_PAYLOAD = {"fedaws": "rows", "fedgc": "rows", "privacyface": "summary"}
 # flat states of D values a rule's local objective keeps on every trainer rank (algorithms/objective.py): FedFR's
 # frozen global and previous backbones and the previous one's state; and whether the party's classifier also holds
 # the public identities' rows (data.public)
@@ -191,6 +195,10 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
     D_up = s.D + s.k_up * s.n
     server = {"server": ((s.D + s.k_down * s.n) + P * D_up * (2 if fv_runs(cfg) else 1)
                          + (0 if s.rule in SERVER_AVERAGES else D_up) + s.server_state * s.n) * s.b}
+    if CLASS_PAYLOAD.get(s.rule) == "rows":   # W, its unit rows, its gradient; a block's cosines and exponentials
+        C = sum(party_classes(cfg, p) for p in layout.parties)
+        block = int(cfg.fed.options.get("block_rows", 2048))
+        server["class embeddings"] = (3 * C * cfg.model.embedding_size + 2 * min(block, C) * C) * s.b
     if validating and not dedicated:
         server["validation"] = validation(len(cfg.data.val_sets))
     need = RankNeed(0, "server", base("server"))
@@ -243,7 +251,9 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
             "model": (s.D + n) * b,
             "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
             "rule state": kept_state * n * b + OBJECTIVE_STATES.get(s.rule, 0) * s.D * b,
-            "classifier": 3 * classes_here * s.m.embedding_size * b,
+            "classifier": 3 * classes_here * s.m.embedding_size * b
+                          # a class payload: the party's rows gathered on its leader (and their padded blocks)
+                          + (2 * classes * s.m.embedding_size * b if i == 0 and s.rule in CLASS_PAYLOAD else 0),
             "activations": (batch * (s.activation_factor * s.values + 4 * classes_here) * b
                             + STEP_TRANSIENT_MB * MB),
         }

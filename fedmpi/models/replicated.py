@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .class_centres import init_class_centres
+from .cone_negatives import cone_logits
 from .heads import check_batch, check_label_range, cosine_logits, margin_logits
 
 
@@ -24,6 +25,7 @@ class ReplicatedClassifier(nn.Module):
         self.head, self.num_classes, self.embedding_size = head, num_classes, embedding_size
         self.class_start, self.class_end = 0, num_classes
         self.weight = nn.Parameter(init_class_centres(seed, 0, num_classes, embedding_size, dtype))
+        self.negatives: torch.Tensor | None = None   # extra negative cones [Q, d + 2] (models/cone_negatives.py)
 
     def extra_repr(self) -> str:
         return (f"{self.head.kind} s={self.head.scale} m={self.head.margin}, {self.num_classes} classes "
@@ -35,7 +37,11 @@ class ReplicatedClassifier(nn.Module):
         with torch.autocast(device_type=embeddings.device.type, enabled=False):
             cos = cosine_logits(embeddings.to(self.weight.dtype), self.weight)
             rows = torch.arange(labels.shape[0], device=labels.device)
-            return F.cross_entropy(margin_logits(cos, rows, labels, self.head), labels)
+            logits = margin_logits(cos, rows, labels, self.head)
+            if self.negatives is not None:
+                unit = F.normalize(embeddings.to(self.weight.dtype), dim=1)
+                logits = torch.cat([logits, cone_logits(unit, self.negatives, self.head.scale)], dim=1)
+            return F.cross_entropy(logits, labels)
 
     def sync_grads(self) -> None:
         """Average the class centres' gradient over the party (every rank must call it, after backward)."""

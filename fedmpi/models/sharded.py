@@ -10,6 +10,9 @@ group and each rank keeps its own rows, times the group size n. The party's grad
 (silo/party_gradients.py, as DDP would) then averages backbone gradients over the n ranks, which gives
 ∂L/∂θ — the same backbone gradient as a replicated classifier with per-rank means.
 
+Extra negative cones (`negatives`, PrivacyFace's received clusters, models/cone_negatives.py) add their logits on
+the group's first rank only, so that each counts once in the normaliser assembled across ranks.
+
 With group None (one rank) it is the plain classifier: no collectives, all classes local.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .class_centres import init_class_centres, shard_bounds
+from .cone_negatives import cone_logits
 from .heads import check_batch, check_label_range, margin_logits
 from .partial_fc import sample_columns
 
@@ -120,6 +124,9 @@ class ShardedClassifier(nn.Module):
         self._host_step: int | None = None
         self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_host_step", None))
         self.last_sampled: torch.Tensor | None = None  # local rows used by the latest sampled step
+        # extra negative cones (PrivacyFace: other parties' clusters), [Q, d + 2] valid rows, or None; their logits
+        # join the softmax on the group's first rank only, so that each counts once in the party's normaliser
+        self.negatives: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
         return (f"{self.head.kind} s={self.head.scale} m={self.head.margin}, classes [{self.class_start}, "
@@ -149,6 +156,8 @@ class ShardedClassifier(nn.Module):
                 target_cols = torch.searchsorted(sampled, target_cols)
             cos = F.linear(all_embeddings, F.normalize(centres, dim=1)).clamp(-1.0, 1.0)
             logits = margin_logits(cos, target_rows, target_cols, self.head)
+            if self.negatives is not None and self.rank == 0:
+                logits = torch.cat([logits, cone_logits(all_embeddings, self.negatives, self.head.scale)], dim=1)
             return _ShardedSoftmaxCrossEntropy.apply(logits, target_rows, target_cols, self.group)
 
     def _next_sample_step(self) -> int:

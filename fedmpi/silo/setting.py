@@ -15,6 +15,7 @@ from fedmpi.fv import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool
 from fedmpi.layout import Layout, party_batches
 from fedmpi.metrics.personal import personal_columns
+from fedmpi.silo.classes import ServerClasses, party_rows
 from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
 from fedmpi.silo.side_work import SideWork
@@ -33,12 +34,15 @@ class SiloSetting:
         self.cfg, self.ctx, self.parts = cfg, ctx, parts
         self.parties = [p.name for p in ctx.layout.parties]
         self.data_description = data_description
+        rule = parts.rule
         self.log_schema = {"val_sets": list(cfg.data.val_sets), "fv_candidates": cfg.fv.T if fv_runs(cfg) else 0,
-                           "eval_columns": benchmark_columns(cfg)}
-        self.party_tables = party_tables(cfg, parts.rule)
+                           "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": rule.leaves_party}}
+        self.party_tables = party_tables(cfg, rule)
         P = len(self.parties)
         self.log_schema["extra_tables"] = {table: {"round": ((), "i8"), **{c: ((P,), "f8") for c in columns}}
                                            for table, columns in self.party_tables.items()}
+        if rule.class_payload:
+            self.log_schema["extra_tables"]["classes"] = rule.class_columns
 
     def side_work(self, log) -> SideWork:
         cfg, ctx = self.cfg, self.ctx
@@ -54,6 +58,11 @@ class SiloSetting:
                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
                             weighed=self.parts.rule.weighs_parties)
 
+    def class_exchange(self) -> ServerClasses:
+        ctx, cfg = self.ctx, self.cfg
+        return ServerClasses(self.parts.rule, list(ctx.layout.parties), party_rows(self.data_description, ctx.layout.parties),
+                             cfg.model.embedding_size, ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier)
+
 
 def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
     """The log's tables of the parties' own numbers per round: `local` (a local objective's round: FedFR's hard
@@ -68,6 +77,7 @@ def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
 
 
 def run_silo_server(cfg: Config, ctx: Context, parts: RunParts, run_dir, data_description: dict, resume=None) -> int:
+    print(f"what leaves each party: {parts.rule.leaves_party}", flush=True)
     server = Server(cfg, parts, SiloSetting(cfg, ctx, parts, data_description), run_dir,
                     resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
     return drive(server, cfg, ctx, run_dir, resume)

@@ -17,6 +17,7 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.payloads import Payloads
 from fedmpi.core.schedule import evaluation_due
 from fedmpi.silo.attack import attack_scale, scale_update
+from fedmpi.silo.classes import PartyClasses
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local, send_weight
 from fedmpi.silo.party_gradients import COMPRESSION, PartyGradients, party_ddp
 from fedmpi.silo.precision import Precision
@@ -92,6 +93,10 @@ class Trainer:
                                     if heldout is not None and self.is_leader else None)
         self.steps = cfg.fed.K           # the local steps of the current round
         self.round_columns: dict = {}    # the round's numbers for the log (the objective's, the personal metrics)
+        # what of the party's class embeddings leaves it each round (a rule with a class payload; silo/classes.py)
+        self.classes = (PartyClasses(self.algorithm, self.party, self.rank, self.groups, self.classifier,
+                                     self.classifier_opt, self.algo_state, len(ctx.layout.parties), self.device,
+                                     self.dtype) if self.algorithm.class_payload else None)
 
     def _party_model(self, group):
         """(the module to run forward, the gradient averager). One rank: neither. GPU: DDP, which overlaps the
@@ -223,8 +228,8 @@ class Trainer:
         return loss.detach().to(torch.float64)
 
     def exchange(self, r: int, trained) -> None:
-        """Send θ_i and the rule's up payloads (leader), receive the new global payload, rebuild the rule's
-        state (PFM's M, eq. 6)."""
+        """Send θ_i and the rule's up payloads (leader) and the class payload, receive the new global payload,
+        rebuild the rule's state (PFM's M, eq. 6), take the server's reply to the class payload."""
         rnd = trained[0]
         with comm.naming_failures(f"round {r + 1}"):
             with torch.no_grad():
@@ -243,6 +248,8 @@ class Trainer:
                 if self.algorithm.weighs_parties:   # the party's weight first: the server aggregates with it
                     send_weight(self.control, r, self.objective.weight())
                 send_local(self.up.flat, self.groups.leaders)
+            if self.classes:
+                self.classes.upload(r)
             if self.personal_evaluation is not None and evaluation_due(r, self.cfg.eval.every, self.cfg.rounds):
                 personal = self.objective.personal if self.objective is not None else (lambda f: f)
                 self.round_columns.update(self.personal_evaluation(self.backbone, personal))
@@ -251,6 +258,8 @@ class Trainer:
                 def rebuild():
                     self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
             self.take_global(rebuild)
+            if self.classes:
+                self.classes.download(r)
 
     def take_global(self, then=None) -> None:
         """The new global payload (and then(), which rebuilds the rule's global_state from it) on the keeper of the
@@ -295,6 +304,8 @@ class Trainer:
         if not self.keeps:   # the keeper restores what the party's ranks on its node share
             targets = {k: torch.empty_like(v) if k in self.algorithm.global_state else v for k, v in targets.items()}
         copy_into(targets, leader["algorithm"], "algorithm")
+        if self.classes:
+            self.classes.restored()
         if self.node:
             self.node.wait_for_party("the rule's state from the checkpoint")
         rounds_done = int(saved["_attrs"]["round"])

@@ -2,7 +2,8 @@
 
 Layout (schema version 1):
   /                attrs: schema_version, fedmpi_version, algorithm, run_name, created, parties (JSON list),
-                   placement (JSON list, one {rank, node, local_rank, address} per rank of the latest launch)
+                   placement (JSON list, one {rank, node, local_rank, address} per rank of the latest launch),
+                   leaves_party (silo runs: what crosses from a party to the server, in words)
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
   /data            attrs: one JSON description per party dataset (and the split / partition hashes), the public
@@ -21,6 +22,8 @@ Layout (schema version 1):
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
   /personal/<col>  the personalised evaluation (data.heldout): one row per evaluated round, round and a [P] column
                    per metric; /local/<col>: a rule with a local objective (FedFR), its round's numbers per party
+  /classes/<col>   a rule with a class payload: one row per round its server step ran (the rule's class_columns:
+                   FedGC's Reg, FedAwS's spreadout loss, PrivacyFace's releases and (epsilon, delta))
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
 A new log is written under a hidden name (`starting_name`) and takes its name at its first row. Reading one:
 store/log_reader.py.
@@ -69,7 +72,7 @@ class RunLog:
                  parties: list[str], val_sets: list[str] = (), fv_candidates: int = 0,
                  data: dict | None = None, resume_round: int | None = None, config_changes: dict | None = None,
                  eval_columns: dict[str, list[str]] | None = None, extra_tables: dict | None = None,
-                 placement: list[dict] | None = None):
+                 placement: list[dict] | None = None, attrs: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.mirror = None   # given every row after it is written (`.row(table, index, row)`, `.close()`)
@@ -88,6 +91,7 @@ class RunLog:
                              eval_columns or {})
                 for name, columns in (extra_tables or {}).items():  # {table: {column: (shape, dtype)}}
                     _table(f.require_group(name), columns)
+                f.attrs.update(attrs or {})   # the setting's root attributes (silo: leaves_party)
                 if resume_round is not None and config_changes:   # a new log continuing another run's checkpoint
                     f.attrs["config_changes"] = json.dumps([{"round": resume_round, "changes": config_changes}])
             self.f = h5py.File(self._unpublished, "r+", libver="latest")

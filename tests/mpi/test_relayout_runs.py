@@ -12,6 +12,11 @@ the personal head's BCE x 10, the contrastive term x 5; 7 local steps a round he
 other reduction order to 1e-9 after four rounds (measured: 1.0e-9), while one local step on either layout agrees
 to 1e-16.
 
+FedGC and PrivacyFace, whose class payloads leave the parties (ms1m's classifier gathered from its shards and
+split again, PrivacyFace's received clusters in the leader's trainer state), are among the rules resumed on the
+other layout; with FedAwS they are also resumed after round 2 on their own layout, bitwise, and their traffic
+columns checked.
+
 Three launches hold every run: 1/1/1 (the uninterrupted runs), 2/1/1 (the uninterrupted runs and the resumes
 of the 1/1/1 checkpoints), 1/1/1 (the resumes of the 2/1/1 checkpoints and a resume that changes the party's
 batch per step with --allow-config-changes); FedFR from a pretrained start (model.init) is resumed on the other
@@ -23,6 +28,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -52,7 +58,15 @@ RULES = {
     "fedfr": ["fed.algorithm=fedfr", "model.head=cosface", "model.scale=30", "model.margin=0.4",
               "data.public.kind=synthetic", "data.public.identities=6", "data.public.images_per_identity=4",
               "fed.options.first_epochs=1", "fed.options.min_epochs=1", "fed.options.threshold=0.0"],
+    # the class embeddings that travel: FedGC's rows (gathered from ms1m's 2 shards, corrected, split again) and
+    # PrivacyFace's clusters (kept by every party as extra negatives); its cones are wide and released from few
+    # identities so that these tiny parties release some
+    "fedgc": ["fed.algorithm=fedgc"],
+    "privacyface": ["fed.algorithm=privacyface", "fed.options.kappa=0.2", "fed.options.min_count=2",
+                    "fed.options.clusters=2", "fed.options.candidates=64"],
 }
+FR_BASELINES = {"fedgc": RULES["fedgc"], "privacyface": RULES["privacyface"],
+                "fedaws": ["fed.algorithm=fedaws", "fed.options.mode=fedfr"]}
 
 
 def _launch(base, world: int, runs: dict[str, list[str]], label: str) -> None:
@@ -109,7 +123,10 @@ def runs(tmp_path_factory):
     rules = {r: [*a, *start] if r == "fedfr" else a for r, a in RULES.items()}
     _launch(base, 4, {f"one-{r}": [*TWO, *COMMON, *ONE, *a] for r, a in rules.items()}, "one")
     _launch(base, 5, {**{f"two-{r}": [*TWO, *COMMON, *a] for r, a in rules.items()},
-                      **{f"one-two-{r}": [*TWO, *COMMON, *a, *_from(base, f"one-{r}")] for r, a in rules.items()}},
+                      "two-fedaws": [*TWO, *COMMON, *FR_BASELINES["fedaws"]],
+                      **{f"one-two-{r}": [*TWO, *COMMON, *a, *_from(base, f"one-{r}")] for r, a in rules.items()},
+                      **{f"again-{r}": [*TWO, *COMMON, *a, "--resume", str(base / f"two-{r}" / "ckpt" / "round_000002")]
+                         for r, a in FR_BASELINES.items()}},
             "two")
     old_format(base / "one-fedavgm" / "ckpt" / "round_000001", base / "old-format" / "ckpt" / "round_000001")
     reshard(base / "two-fedavgm" / "ckpt" / "round_000001", base / "offline", [*TWO, *COMMON, *ONE, *RULES["fedavgm"]])
@@ -213,3 +230,77 @@ def test_offline_reshard_and_export_write_the_split_and_the_merged_classifier(ru
     exported = torch.load(tmp_path / "ms1m_fc.pt", weights_only=True)
     assert list(exported) == ["weight"]
     assert exported["weight"].equal(torch.cat([p["classifier"]["weight"] for p in shards]).float())
+
+
+def _parts(base, run: str, rounds_done: int = ROUNDS) -> dict:
+    folder = base / run / "ckpt" / f"round_{rounds_done:06d}"
+    return {path.name: read_part(path) for path in sorted(folder.glob("*.h5"))}
+
+
+def _equal_trees(a, b, where: str) -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            if key not in ("_attrs", "wall_time", "rng", "config"):    # config: its log.name
+                _equal_trees(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (list, tuple)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _equal_trees(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.equal(b), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("rule", list(FR_BASELINES))
+def test_the_fr_baselines_resume_bitwise_on_the_sharded_layout(runs, rule):
+    """2/1/1 (ms1m's classifier sharded over 2 ranks), resumed after round 2: every part of the round-4 checkpoint
+    (Θ, the classifier shards and their momentum, PrivacyFace's received clusters and its count of releases) and
+    the log's `classes` rows equal the uninterrupted run's."""
+    whole, again = _parts(runs, f"two-{rule}"), _parts(runs, f"again-{rule}")
+    assert set(whole) == set(again) == {"server.h5", "party-ms1m-0.h5", "party-ms1m-1.h5", "party-ga-0.h5",
+                                        "party-vgg-0.h5"}
+    for name in whole:
+        _equal_trees(whole[name], again[name], f"{rule} {name}")
+    with LogReader(runs / f"two-{rule}" / "log.h5") as a, LogReader(runs / f"again-{rule}" / "log.h5") as b:
+        first, second = a.table("classes"), b.table("classes")
+        assert list(first["round"]) == [0, 1, 2, 3] and list(second["round"]) == [2, 3]
+        for column in first:
+            assert np.array_equal(first[column][2:], second[column]), column
+
+
+def test_what_leaves_a_party_is_recorded_and_counted(runs):
+    """The log says what crosses; the traffic columns add the class payloads to the backbones' bytes: FedGC's
+    20 rows x 16 values each way and ms1m's 4 rows of its second shard gathered and split again; PrivacyFace's
+    2 clusters x 18 values up per party, the other parties' 4 down, and ms1m's gather and broadcast."""
+    def rounds(run):
+        with LogReader(runs / run / "log.h5") as log:
+            return log.table("rounds"), log.f.attrs["leaves_party"]
+
+    base, leaves = rounds("two-fedavgm")
+    assert leaves == "backbone"
+    item = 8
+    for run, up, down, intra, says in [
+            ("two-fedgc", 20 * 16, 20 * 16, 2 * 4 * 16, "backbone, class embeddings"),
+            ("two-fedaws", 20 * 16, 20 * 16, 2 * 4 * 16, "backbone, class embeddings"),
+            ("two-privacyface", 3 * 2 * 18, 3 * 4 * 18, 4 * 16 + 4 * 18,
+             "backbone, differentially private clusters of the class embeddings")]:
+        table, leaves = rounds(run)
+        assert leaves == says
+        assert list(table["bytes_up"] - base["bytes_up"]) == [up * item] * ROUNDS, run
+        assert list(table["bytes_down"] - base["bytes_down"]) == [down * item] * ROUNDS, run
+        assert list(table["bytes_intra"] - base["bytes_intra"]) == [intra * item] * ROUNDS, run
+        assert list(table["bytes_moved"]) == list(table["bytes_up"] + table["bytes_down"] + table["bytes_intra"])
+
+
+def test_privacyface_logs_its_privacy_and_its_parties_keep_the_others_clusters(runs):
+    with LogReader(runs / "two-privacyface" / "log.h5") as log:
+        classes = log.table("classes")
+    assert list(classes["releases"]) == [1, 2, 3, 4]
+    assert np.allclose(classes["epsilon"], [1.4, 2.8, 4.2, 5.6]) and np.allclose(classes["delta"], [2e-5 * r for r in (1, 2, 3, 4)])
+    assert classes["released"].sum() > 0
+    parts = _parts(runs, "two-privacyface")
+    assert int(parts["server.h5"]["algorithm"]["releases"]) == ROUNDS
+    received = parts["party-ms1m-0.h5"]["algorithm"]["received"]
+    assert received.shape == (4, 18) and set(received[:, -1].tolist()) <= {0.0, 1.0}
+    assert "algorithm" not in parts["party-ms1m-1.h5"]          # written once, by the party's leader

@@ -3,7 +3,8 @@
 Every rank builds the whole party batch and the full class-centre matrix itself, computes the reference loss
 and gradients with plain autograd (acos form of the margin, F.cross_entropy), and checks its shard:
   loss == L (mean over the party batch), weight.grad == ∂L/∂W[start:end], embeddings.grad == n · ∂L/∂E_own.
-Also: shard shapes (ceil/floor of C/n), unequal per-rank batches, sampled negatives (all positives kept; the
+Also: shard shapes (ceil/floor of C/n), unequal per-rank batches, extra negative cones (PrivacyFace's received
+clusters: each counted once in the party's softmax, whatever the number of shards), sampled negatives (all positives kept; the
 loss equals the full softmax restricted to the union of sampled columns). Exits non-zero on any mismatch.
 
 With --train-steps N it then runs classifier_training's check (sharded vs replicated training) in the same
@@ -29,8 +30,9 @@ EMBEDDING = 16
 SCALE = 64.0
 
 
-def reference_loss(embeddings, labels, centres, kind, margin, columns=None):
-    """Plain single-rank loss: normalise, cos, margin on the target, s·logits, mean cross-entropy."""
+def reference_loss(embeddings, labels, centres, kind, margin, columns=None, cones=None):
+    """Plain single-rank loss: normalise, cos, margin on the target, s·logits, mean cross-entropy; `cones`
+    [(p, α)]: one more negative logit each, s·cos(max(arccos(p̂·f̂) − α, 0)) (PrivacyFace, spec §3.4)."""
     cos = F.normalize(embeddings, dim=1) @ F.normalize(centres, dim=1).T
     if columns is not None:  # softmax over a subset of classes (sampled negatives)
         cos = cos[:, columns]
@@ -45,7 +47,21 @@ def reference_loss(embeddings, labels, centres, kind, margin, columns=None):
         moved = target - margin
     one_hot = F.one_hot(labels, cos.shape[1]).bool()
     logits = torch.where(one_hot, moved[:, None], cos) * SCALE
+    if cones is not None:
+        unit = F.normalize(embeddings, dim=1)
+        angle = torch.acos((unit @ F.normalize(cones[0], dim=1).T).clamp(-1.0, 1.0))
+        logits = torch.cat([logits, SCALE * torch.cos((angle - cones[1]).clamp_min(0.0))], dim=1)
     return F.cross_entropy(logits, labels)
+
+
+def cone_rows(seed: int) -> torch.Tensor:
+    """Three cones [p | α | 1] and a row holding none (last value 0), which the classifier must leave out."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.zeros(4, EMBEDDING + 2, dtype=torch.float64)
+    rows[:, :EMBEDDING] = torch.randn(4, EMBEDDING, generator=g, dtype=torch.float64)
+    rows[:, EMBEDDING] = torch.tensor([0.3, 1.2, 0.8, 0.5])
+    rows[:3, EMBEDDING + 1] = 1.0
+    return rows
 
 
 def party_batch(sizes, num_classes, seed):
@@ -69,9 +85,15 @@ def check(name, got, want, tol):
     return err
 
 
-def run_case(group, kind, num_classes, sizes, seed, tol):
+def run_case(group, kind, num_classes, sizes, seed, tol, cones: bool = False):
+    """With `cones`: extra negative cones, counted once in the party's softmax whatever the shards."""
+    from fedmpi.models.cone_negatives import valid_cones
+
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     embeddings, labels, centres = party_batch(sizes, num_classes, seed)
+    table = cone_rows(seed) if cones else None
+    if cones:   # features inside a cone too (its logit saturates at s there)
+        embeddings[2] = table[0, :EMBEDDING] * 7
     start = sum(sizes[:rank])
     own = slice(start, start + sizes[rank])
 
@@ -80,6 +102,7 @@ def run_case(group, kind, num_classes, sizes, seed, tol):
     rows = classifier.class_end - classifier.class_start
     if rows not in (num_classes // n, -(-num_classes // n)) or classifier.weight.shape != (rows, EMBEDDING):
         raise AssertionError(f"shard holds {tuple(classifier.weight.shape)} for C={num_classes}, n={n}")
+    classifier.negatives = valid_cones(table)
     mine = embeddings[own].clone().requires_grad_(True)
     loss = classifier(mine, labels[own])
     loss.backward()
@@ -87,7 +110,8 @@ def run_case(group, kind, num_classes, sizes, seed, tol):
 
     full = centres.clone().requires_grad_(True)
     everyone = embeddings.clone().requires_grad_(True)
-    want = reference_loss(everyone, labels, full, kind, classifier.head.margin)
+    want = reference_loss(everyone, labels, full, kind, classifier.head.margin,
+                          cones=(table[:3, :EMBEDDING], table[:3, EMBEDDING]) if cones else None)
     want.backward()
     block = slice(classifier.class_start, classifier.class_end)
     worst = max(
@@ -143,6 +167,7 @@ def main(tol: float, train_steps: int, party_gradients: bool = False) -> int:
             worst = max(worst, run_case(party, kind, num_classes, [5] * world, seed=num_classes, tol=tol))
         uneven = [3 + r for r in range(world)]
         worst = max(worst, run_case(party, kind, 11, uneven, seed=7, tol=tol))
+        worst = max(worst, run_case(party, kind, 11, uneven, seed=5, tol=tol, cones=True))
         worst = max(worst, run_sampled_case(party, kind, 300, [6] * world, seed=3, tol=tol))
     if dist.get_rank() == 0:
         print(f"classifier equivalence ok on {world} ranks, worst |diff| {worst:.2e}")

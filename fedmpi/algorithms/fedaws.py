@@ -1,0 +1,50 @@
+"""FedAwS (Yu et al. 2020, "Federated Learning with Only Positive Labels") in its cross-silo form (spec §2): each
+party trains its margin softmax over its own identities (the usual local step); after the round every party's
+class embeddings W_k go to the server, which stacks W = [W_1; ...; W_P], takes a spreadout step on it
+(fedmpi/algorithms/spreadout.py: the cosine form, τ = 0.4, mean over the ordered pairs, a party's own pairs
+included) and sends each party its rows back. The server sees every party's class embeddings; a party only its
+own. mode=paper: one plain step W ← W − λη∇L (η the round's learning rate); mode=fedfr: FedFR's FedAwS baseline,
+20 steps of SGD with momentum 0.9, lr 10η, weight decay 5e-4 and a fresh optimizer every round (no state is kept)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedmpi.algorithms.class_rules import ClassEmbeddingRule, RowRuleOptions
+from fedmpi.errors import ConfigError
+
+MODES = {"paper": None, "fedfr": {"steps": 20, "momentum": 0.9, "lr_scale": 10.0, "weight_decay": 5e-4}}
+
+
+@dataclass
+class FedAwSOptions(RowRuleOptions):
+    tau: float = 0.4                 # cosine threshold τ (FedFR's margin; ν = 2(1 − τ) in the squared-Euclidean form)
+    top_k: int = 0                   # 0: every other row; k: the k nearest other rows of each row
+    mode: str = "paper"              # paper (one plain step of λη) | fedfr (FedFR's baseline: 20 momentum steps)
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        if self.mode not in MODES:
+            raise ConfigError(f"fed.options.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if not -1 < self.tau < 1:
+            raise ConfigError(f"fed.options.tau: must be in (-1, 1), got {self.tau}")
+        if self.top_k < 0:
+            raise ConfigError(f"fed.options.top_k: must be >= 0 (0: every pair), got {self.top_k}")
+
+    def schedule(self) -> dict:
+        """The server's optimizer: steps, momentum, lr multiplier of η, weight decay."""
+        return MODES[self.mode] or {"steps": 1, "momentum": 0.0, "lr_scale": self.lr_scale, "weight_decay": 0.0}
+
+
+class FedAwS(ClassEmbeddingRule):
+    name = "fedaws"
+    Options = FedAwSOptions
+    class_payload = "rows"
+    class_columns = {"round": ((), "i8"), "spreadout": ((), "f8")}   # L before the round's step
+
+    def class_step(self, W, bounds, lr, r, state):
+        from fedmpi.algorithms.spreadout import spreadout_step
+
+        o, s = self.options, self.options.schedule()
+        loss = spreadout_step(W, s["lr_scale"] * lr, o.tau, o.top_k, steps=s["steps"], momentum=s["momentum"],
+                              weight_decay=s["weight_decay"], block=o.block_rows)
+        return {"spreadout": loss}

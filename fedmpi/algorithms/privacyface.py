@@ -1,0 +1,109 @@
+"""PrivacyFace (Meng et al. 2022, "Improving Federated Learning Face Recognition via Privacy-Agnostic
+Clusters"; spec §3): the backbones are averaged as in FedAvg; every `release_every` rounds each party's leader
+distils its class embeddings into Q differentially private clusters (fedmpi/algorithms/dplc.py, the reference
+design: a reconstruction), the server relays to each party the clusters of all the others, and each party's
+margin head adds one negative logit s·cos(max(φ_q − α_q, 0)) per received cluster (the consensus-aware loss,
+fedmpi/models/cone_negatives.py) until the next release. No class embedding leaves its party, not even to the
+server; the (ε, δ) of each release and in total (basic composition) are in the log's `classes` table, on the
+progress line and in the summary. A party does not use its own clusters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedmpi.algorithms.class_rules import ClassEmbeddingRule, ClassRuleOptions
+from fedmpi.errors import ConfigError
+
+SELECTIONS = ("exponential", "noisy_max")
+
+
+@dataclass
+class PrivacyFaceOptions(ClassRuleOptions):
+    clusters: int = 1                # Q: clusters per party and release
+    candidates: int = 512            # M: random candidate directions per cluster
+    kappa: float = 0.8               # the cone's cosine threshold κ (angular radius α = arccos κ)
+    epsilon_select: float = 0.1      # ε₁: the exponential mechanism's choice of a candidate
+    epsilon_count: float = 0.1       # ε₂: the Laplace count
+    epsilon_sum: float = 0.5         # ε₃: the Gaussian sum (< 1: the classical Gaussian mechanism)
+    delta: float = 1e-5              # δ of each cluster's Gaussian sum
+    min_count: float = 20.0          # n_min: a cluster whose noisy count is below it is not released
+    selection: str = "exponential"   # exponential | noisy_max (report-noisy-max, Laplace(2/ε₁))
+    release_every: int = 1           # rounds between releases; the clusters received are used until the next
+    seed: int = 0                    # the mechanisms' draws come from (seed, party, release)
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        if self.selection not in SELECTIONS:
+            raise ConfigError(f"fed.options.selection: {self.selection!r} is not one of {', '.join(SELECTIONS)}")
+        if not 0 < self.epsilon_sum < 1:
+            raise ConfigError(f"fed.options.epsilon_sum: the classical Gaussian mechanism needs 0 < epsilon_sum < 1, "
+                              f"got {self.epsilon_sum}")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"fed.options.delta: must be in (0, 1), got {self.delta}")
+        if not -1 < self.kappa < 1:
+            raise ConfigError(f"fed.options.kappa: must be in (-1, 1), got {self.kappa}")
+        if self.min_count < 0:
+            raise ConfigError(f"fed.options.min_count: must be >= 0, got {self.min_count}")
+        self.check_positive("clusters", "candidates", "epsilon_select", "epsilon_count", "release_every")
+
+    @property
+    def budget(self):
+        from fedmpi.algorithms.dplc import Budget
+
+        return Budget(self.clusters, self.epsilon_select, self.epsilon_count, self.epsilon_sum, self.delta)
+
+
+class PrivacyFace(ClassEmbeddingRule):
+    name = "privacyface"
+    Options = PrivacyFaceOptions
+    class_payload = "summary"
+    class_columns = {"round": ((), "i8"), "releases": ((), "i8"), "released": ((), "i8"),
+                     "epsilon_release": ((), "f8"), "delta_release": ((), "f8"), "epsilon": ((), "f8"),
+                     "delta": ((), "f8"), "noise_std": ((), "f8")}
+
+    def class_due(self, r):
+        return (r + 1) % self.options.release_every == 0
+
+    def summary_shape(self, d):
+        return self.options.clusters, d + 2          # [p | α | released]
+
+    def summarise(self, W, out, r, party, state):
+        import torch
+
+        from fedmpi.algorithms.dplc import cluster, generator
+
+        o = self.options
+        unit = torch.nn.functional.normalize(W.to(torch.float64), dim=1)
+        release = (r + 1) // o.release_every - 1
+        cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates, min_count=o.min_count,
+                selection=o.selection, rng=generator(o.seed, party, release))
+
+    def init_server_state(self, theta, down=None):
+        import torch
+
+        return {**super().init_server_state(theta, down), "releases": torch.zeros((), dtype=torch.int64)}
+
+    def relay(self, uploads, replies, r, state):
+        """Party k's reply: the other parties' summaries in party order."""
+        from fedmpi.algorithms.dplc import gaussian_sigma
+
+        P, Q = uploads.shape[0], uploads.shape[1]
+        for k in range(P):
+            others = [j for j in range(P) if j != k]
+            for slot, j in enumerate(others):
+                replies[k, slot * Q:(slot + 1) * Q].copy_(uploads[j])
+        state["releases"] += 1
+        o = self.options
+        epsilon, delta = o.budget.spent(int(state["releases"]))
+        return {"releases": int(state["releases"]), "released": int((uploads[:, :, -1] > 0).sum()),
+                "epsilon_release": o.budget.epsilon, "delta_release": o.budget.release_delta, "epsilon": epsilon,
+                "delta": delta, "noise_std": gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)}
+
+    def class_note(self, state):
+        return f"clusters eps {self.options.budget.spent(int(state['releases']))[0]:.3g}"
+
+    def class_summary(self, state):
+        o, releases = self.options, int(state["releases"])
+        epsilon, delta = o.budget.spent(releases)
+        return (f"  privacy of the clusters: epsilon {epsilon:.4g} at delta {delta:.3g} ({releases} releases of "
+                f"{o.clusters} cluster(s) per party, each release ({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})"
+                f"-DP by basic composition)\n")

@@ -1,0 +1,202 @@
+"""The results file of the face-recognition baselines study (`python -m jobs.reproduce fr-baselines`; the plan is
+jobs/frbaselines_study.py): from the HDF5 logs of the study's sweep folder, (1) per method the held-out
+verification accuracy (the mean of the pair sets at the final evaluation) and the synthetic IJB-C's TAR@FAR, mean ±
+half range over the seeds, with what leaves a party and the bytes of a round; (2) each method minus the baseline
+(FedAvg) seed by seed; (3) the curves of both over training, one line per method (the seeds' mean); (4) every run,
+with its rule's own numbers (FedGC's Reg, FedAwS's spreadout loss, PrivacyFace's clusters released and (ε, δ)).
+Which run is which method comes from the labels in the sweep's index.json."""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from fedmpi.analysis.fedface_claims import mean_half_range
+from fedmpi.analysis.fedface_report import Report
+from fedmpi.analysis.fedface_study_table import header
+from fedmpi.algorithms.registry import method_key
+from fedmpi.analysis.methods import FV_SUFFIX, method_color, method_label
+from fedmpi.analysis.plots import panel_grid, pyplot, save_figure
+from fedmpi.analysis.tables import Table, render
+from fedmpi.store.h5log import LogReader
+
+IJB, FARS = "ijbc", ("1e-3", "1e-2")
+KB = 1e3
+
+
+class Outcome:
+    """What the report reads of one run's log."""
+
+    def __init__(self, path: Path, labels: dict):
+        self.labels = labels
+        with LogReader(path) as log:
+            ev, rounds, classes = log.table("eval"), log.table("rounds"), log.table("classes")
+            self.leaves = str(log.f.attrs.get("leaves_party", "backbone"))
+            config = yaml.safe_load(log.config_yaml)
+            parties = self.parties = len(log.parties)
+        self.sets = [k.split("/")[0] for k in ev if k.endswith("/accuracy")]
+        self.steps = ev.get("step", np.zeros(0))
+        self.curve = 100 * np.mean([ev[f"{s}/accuracy"] for s in self.sets], axis=0) if self.sets else np.zeros(0)
+        self.accuracy = float(self.curve[-1]) if self.curve.size else math.nan
+        self.per_set = {s: 100 * float(ev[f"{s}/accuracy"][-1]) for s in self.sets}
+        self.tar = {far: 100 * ev[f"{IJB}/tar_far_{far}"] for far in FARS if f"{IJB}/tar_far_{far}" in ev}
+        self.bytes = {k: float(np.mean(rounds[f"bytes_{k}"])) for k in ("up", "down", "intra")}
+        self.classes = classes
+        fed = config.get("fed", {})
+        # the registry's colour of its rule (+FV: the darker shade), or of its baseline setting
+        self.color = method_color(method_label(method_key(fed.get("algorithm", ""), fed.get("setting", "federated")))[0]
+                                  + (FV_SUFFIX if config.get("fv", {}).get("enabled") else ""))
+        # clusters a PrivacyFace release can hold in all parties
+        self.clusters = parties * int(config.get("fed", {}).get("options", {}).get("clusters", 0) or 0)
+
+    @property
+    def own(self) -> str:
+        """The rule's own numbers at the end (the log's `classes` table)."""
+        c = self.classes
+        if not c:
+            return ""
+        if "reg" in c:
+            return f"Reg {c['reg'][0]:.3g} -> {c['reg'][-1]:.3g}"
+        if "spreadout" in c:
+            return f"spreadout L {c['spreadout'][0]:.3g} -> {c['spreadout'][-1]:.3g}"
+        return (f"{int(c['released'].sum())} of {len(c['round']) * self.clusters} clusters released; "
+                f"epsilon {c['epsilon'][-1]:.4g} at delta {c['delta'][-1]:.3g}")
+
+
+def read_outcomes(report: Report) -> dict[str, Outcome]:
+    return {name: Outcome(report.folder / "runs" / name / "log.h5", row["labels"])
+            for name, row in report.rows.items() if name in report.done}
+
+
+def methods_of(report: Report) -> list[tuple[str, str]]:
+    """(method key, label) in the study's order."""
+    return list(dict.fromkeys((r["labels"]["method"], r["labels"]["label"]) for r in report.rows.values()))
+
+
+def _mean(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return float(np.mean(values)) if values else math.nan
+
+
+def methods_table(report: Report, outcomes: dict[str, Outcome]) -> Table:
+    def traffic(key: str) -> dict[str, float]:
+        runs = [o for o in outcomes.values() if o.labels["method"] == key]
+        return {k: _mean([o.bytes[k] for o in runs]) / KB for k in ("up", "down", "intra")}
+
+    rows = []
+    for key, label in methods_of(report):
+        runs = [o for o in outcomes.values() if o.labels["method"] == key]
+        if not runs:
+            continue
+        tars = [mean_half_range([float(o.tar[f][-1]) for o in runs if f in o.tar]) for f in FARS]
+        moved, base = traffic(key), traffic(runs[0].labels["baseline"])
+        baseline_runs = [o for o in outcomes.values() if o.labels["method"] == runs[0].labels["baseline"]]
+        # beside the baseline only where the same parties upload (not the centralized setting's one party)
+        beyond = ([moved["up"] - base["up"], moved["down"] - base["down"]]
+                  if baseline_runs and baseline_runs[0].parties == runs[0].parties else ["-", "-"])
+        rows.append([label, runs[0].leaves, mean_half_range([o.accuracy for o in runs]), *tars,
+                     moved["up"], moved["down"], moved["intra"], *beyond,
+                     ", ".join(str(o.labels["seed"]) for o in runs)])
+    baseline = next(iter(outcomes.values())).labels["baseline"] if outcomes else "fedavg"
+    return Table(header=["method", "what leaves a party", "held-out acc. %", *(f"IJB-C TAR@FAR={f} %" for f in FARS),
+                         "KB up / round", "KB down / round", "KB inside the parties / round",
+                         f"KB up beyond {baseline}", f"KB down beyond {baseline}", "seeds"],
+                 rows=rows, digits=1,
+                 footnotes=["accuracy and TAR: mean of the seeds ± half their range, at the final evaluation; "
+                            "bytes: the log's traffic columns (every party together), mean over the rounds; beyond "
+                            f"{baseline}: what the method moves besides the backbones (its class payload)."])
+
+
+def paired_table(report: Report, outcomes: dict[str, Outcome]) -> Table:
+    """Each method minus the baseline of the same seed, in points."""
+    by = {(o.labels["method"], o.labels["seed"]): o for o in outcomes.values()}
+    seeds = sorted({o.labels["seed"] for o in outcomes.values()})
+    rows = []
+    for key, label in methods_of(report):
+        diffs = []
+        for seed in seeds:
+            run = by.get((key, seed))
+            base = by.get((run.labels["baseline"], seed)) if run else None
+            diffs.append(run.accuracy - base.accuracy if run and base else math.nan)
+        tar = [by[(key, s)].tar[FARS[-1]][-1] - by[(by[(key, s)].labels["baseline"], s)].tar[FARS[-1]][-1]
+               if (key, s) in by and (by[(key, s)].labels["baseline"], s) in by and FARS[-1] in by[(key, s)].tar
+               else math.nan for s in seeds]
+        rows.append([label, *diffs, mean_half_range(diffs), mean_half_range(tar)])
+    baseline = next(iter(outcomes.values())).labels["baseline"] if outcomes else "fedavg"
+    return Table(header=["method", *(f"seed {s}: acc. − {baseline}" for s in seeds), "mean ± half range",
+                         f"IJB-C TAR@FAR={FARS[-1]} − {baseline}"], rows=rows, digits=2,
+                 footnotes=["percentage points; the same seed means the same initialisation and data order."])
+
+
+def runs_table(outcomes: dict[str, Outcome]) -> Table:
+    rows = []
+    for name, o in outcomes.items():
+        rows.append([name, o.labels["label"], o.labels["seed"], o.accuracy,
+                     *(float(o.tar[f][-1]) if f in o.tar else math.nan for f in FARS),
+                     ", ".join(f"{s} {v:.1f}" for s, v in o.per_set.items()), o.own])
+    return Table(header=["run", "method", "seed", "held-out acc. %", *(f"IJB-C TAR@{f} %" for f in FARS),
+                         "per set (%)", "the rule's own (first -> last round)"], rows=rows, digits=3)
+
+
+def curves_figure(report: Report, outcomes: dict[str, Outcome], path: Path) -> bool:
+    """Held-out accuracy and IJB-C TAR@FAR against the training step, one line per method (mean of its seeds)."""
+    plt = pyplot()
+    fig, (acc, tar) = panel_grid(2, max_cols=2, size=(6.0, 4.2))
+    drawn = False
+    for key, label in methods_of(report):
+        runs = [o for o in outcomes.values() if o.labels["method"] == key and o.curve.size]
+        if not runs:
+            continue
+        n = min(o.curve.size for o in runs)
+        steps, color = runs[0].steps[:n], runs[0].color
+        acc.plot(steps, np.mean([o.curve[:n] for o in runs], axis=0), marker="o", markersize=3, label=label,
+                 color=color)
+        if all(FARS[-1] in o.tar for o in runs):
+            tar.plot(steps, np.mean([o.tar[FARS[-1]][:n] for o in runs], axis=0), marker="o", markersize=3,
+                     label=label, color=color)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    acc.set_title("held-out verification accuracy (mean of the pair sets)", fontsize=10)
+    acc.set_ylabel("accuracy (%)")
+    tar.set_title(f"synthetic IJB-C, TAR at FAR = {FARS[-1]}", fontsize=10)
+    tar.set_ylabel("TAR (%)")
+    for ax in (acc, tar):
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    acc.legend(fontsize=8)
+    fig.suptitle("Each method, the mean of its seeds")
+    fig.tight_layout()
+    save_figure(fig, path)
+    return True
+
+
+def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
+    folder, out = Path(folder), Path(out)
+    report = Report(folder, out)
+    report.lines += header(report, rationale)
+    report.lines[0] = (f"# The field's face-recognition baselines beside FedFace at {report.index['study']['scale']} "
+                       "scale")
+    if written_by:
+        report.lines[4:4] = [f"This file was written again from the same logs by {written_by}.", ""]
+    outcomes = read_outcomes(report)
+    names = list(outcomes)
+
+    started = time.monotonic()
+    report.section("Held-out verification, IJB-C and traffic per method", names, started,
+                   [render(methods_table(report, outcomes), "md")], "the /eval and /rounds tables, the log's "
+                   "leaves_party")
+    started = time.monotonic()
+    body = [render(paired_table(report, outcomes), "md")]
+    if curves_figure(report, outcomes, report.figure("curves")):
+        body.append(report.png(report.figure("curves"), "curves"))
+    report.section("Seed by seed against FedAvg, and over training", names, started, body,
+                   "the /eval tables of runs of the same seed")
+    started = time.monotonic()
+    report.section("Every run", names, started, [render(runs_table(outcomes), "md")],
+                   "the /eval and /classes tables")
+    return report.write()
