@@ -1,5 +1,5 @@
 """FedFR (Liu et al., AAAI 2022, "FedFR: Joint Optimization Federated Framework for Generic and Personalized Face
-Recognition"; spec §4, nearly all of it read in the authors' code, docs/FEDFR.md): federated fine-tuning of a
+Recognition"; spec §4, nearly all of it read in the authors' code, docs/BASELINES.md): federated fine-tuning of a
 pretrained model (model.init) across parties that also hold the public identities it was trained on (data.public,
 model.init_classifier). Each round, on each party, from the global backbone Θ it received:
 

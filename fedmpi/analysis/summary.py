@@ -78,7 +78,7 @@ def summary_table(runs: list[Run], factor: float = DEFAULT_FACTOR, metrics=EVAL_
         footnotes.append(UNION_FOOTNOTE)
     if personal:
         footnotes.append("personalised: each party's model after its local training (FedFR: + its converter) on "
-                         "every party's held-out images, its own identities genuine (docs/FEDFR.md).")
+                         "every party's held-out images, its own identities genuine (docs/BASELINES.md).")
     return Table(header=["", *[r.label for r in runs]], rows=rows, row_digits=digits, footnotes=footnotes)
 
 

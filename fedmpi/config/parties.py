@@ -16,7 +16,7 @@ class DataSpec:
     """Where one party's training images come from."""
     kind: str = "synthetic"          # synthetic | rec | folder
     path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
-    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
+    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg | public: data.public's)
     identities: int = 500            # synthetic only
     images_per_identity: int = 20    # synthetic only
     split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
@@ -122,6 +122,10 @@ class PublicData:
             self.spec().validate(fail, "data.public")
             if cfg.cross_device:
                 fail("data.public", "is held by the silo parties; the cross-device clients read CIFAR")
+            held = [p.name for p in cfg.parties if p.data.kind == "synthetic" and p.data.style == "public"]
+            if self.kind == "synthetic" and held:
+                fail(f"parties.{held[0]}.data.style", "public: the party would hold data.public's synthetic "
+                                                      "identities, which must be no party's own")
             if not algorithm_class(cfg).public_identities:
                 fail("data.public.kind", f"the public set is read by a rule that trains over its identities too "
                                          f"(fedfr); fed.algorithm={cfg.fed.algorithm} does not (leave it empty)")

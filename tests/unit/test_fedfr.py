@@ -1,4 +1,4 @@
-"""FedFR's oracle checks (spec §5.2, F1-F6; docs/FEDFR.md) through the code's own functions, the personalised
+"""FedFR's oracle checks (spec §5.2, F1-F6; docs/BASELINES.md) through the code's own functions, the personalised
 evaluation's protocols on hand-made features, the held-out split and the combined label space."""
 from __future__ import annotations
 
