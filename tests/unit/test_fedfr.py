@@ -18,6 +18,7 @@ from fedmpi.data.face_dataset import FaceDataset
 from fedmpi.metrics.personal import identification, personal_metrics, verification
 from fedmpi.models.contrastive import model_contrastive
 from fedmpi.models.personal_head import PersonalHead, bce_loss, dfc_logits
+from jobs.site import ROOT
 
 D = torch.float64
 
@@ -163,6 +164,8 @@ def test_the_config_refuses_what_fedfr_cannot_run_in_one_line():
         load_config(None, ["data.heldout=2"])
     with pytest.raises(ConfigError, match=r"^data.heldout: must be 0 \(none\) or >= 2"):
         load_config(None, ["data.heldout=1", "eval.every=1"])
+    with pytest.raises(ConfigError, match="^parties.public.data.style: public: the party would hold data.public's"):
+        load_config(ROOT / "configs" / "public_pretrain.yaml", ["fed.algorithm=fedfr", "data.public.kind=synthetic"])
 
 
 def test_the_synthetic_public_set_shares_no_identity_with_a_party_or_a_validation_set():
