@@ -45,6 +45,7 @@ class Outcome:
             parties = self.parties = len(log.parties)
         self.sets = [k.split("/")[0] for k in ev if k.endswith("/accuracy")]
         self.steps = ev.get("step", np.zeros(0))
+        self.rounds = ev.get("round", np.zeros(0))
         self.curve = 100 * np.mean([ev[f"{s}/accuracy"] for s in self.sets], axis=0) if self.sets else np.zeros(0)
         self.accuracy = float(self.curve[-1]) if self.curve.size else math.nan
         self.per_set = {s: 100 * float(ev[f"{s}/accuracy"][-1]) for s in self.sets}
@@ -187,22 +188,25 @@ def runs_table(outcomes: dict[str, Outcome]) -> Table:
 
 
 def curves_figure(report: Report, outcomes: dict[str, Outcome], layout: str, path: Path) -> bool:
-    """Held-out accuracy and IJB-C TAR@FAR against the training step, one line per method of the layout (mean of
-    its seeds)."""
+    """Held-out accuracy and IJB-C TAR@FAR over training, one line per method of the layout (mean of its seeds):
+    against the training step, or the round where the layout's methods take rounds of different lengths (FedFR's
+    epochs against FedAvg's K); a method sharing another's colour is dashed."""
     plt = pyplot()
     fig, (acc, tar) = panel_grid(2, max_cols=2, size=(6.0, 4.2))
-    drawn = False
+    curves = [o for o in outcomes.values() if o.labels["layout"] == layout and o.curve.size]
+    by_round = len({float(o.steps[-1] / (o.rounds[-1] + 1)) for o in curves}) > 1
+    drawn, colors = False, set()
     for key, label in methods_of(report, layout):
-        runs = [o for o in outcomes.values() if o.labels["method"] == key and o.curve.size]
+        runs = [o for o in curves if o.labels["method"] == key]
         if not runs:
             continue
         n = min(o.curve.size for o in runs)
-        steps, color = runs[0].steps[:n], runs[0].color
-        acc.plot(steps, np.mean([o.curve[:n] for o in runs], axis=0), marker="o", markersize=3, label=label,
-                 color=color)
+        x, color = (runs[0].rounds[:n] + 1 if by_round else runs[0].steps[:n]), runs[0].color
+        style = dict(marker="o", markersize=3, label=label, color=color, linestyle="--" if color in colors else "-")
+        colors.add(color)
+        acc.plot(x, np.mean([o.curve[:n] for o in runs], axis=0), **style)
         if all(FARS[-1] in o.tar for o in runs):
-            tar.plot(steps, np.mean([o.tar[FARS[-1]][:n] for o in runs], axis=0), marker="o", markersize=3,
-                     label=label, color=color)
+            tar.plot(x, np.mean([o.tar[FARS[-1]][:n] for o in runs], axis=0), **style)
         drawn = True
     if not drawn:
         plt.close(fig)
@@ -212,7 +216,7 @@ def curves_figure(report: Report, outcomes: dict[str, Outcome], layout: str, pat
     tar.set_title(f"synthetic IJB-C, TAR at FAR = {FARS[-1]}", fontsize=10)
     tar.set_ylabel("TAR (%)")
     for ax in (acc, tar):
-        ax.set_xlabel("training step")
+        ax.set_xlabel("round" if by_round else "training step")
         ax.grid(alpha=0.3)
     acc.legend(fontsize=8)
     fig.suptitle(f"{LAYOUT_TITLES.get(layout, layout)}: each method, the mean of its seeds", fontsize=10)
