@@ -158,8 +158,11 @@ def abort_launch(mpi, exc: BaseException) -> None:
 
 
 def prepare_data(cfg, layout) -> dict:
-    """Make sure every party's data is there (generating synthetic sets); describe it for the run log."""
+    """Make sure every party's data is there (generating synthetic sets); describe it for the run log: each party's
+    set, the public set every party holds (`data.public`) and the starting model's files (`model.init`: checked
+    against the configured model here, one line naming the first key that does not fit)."""
     from fedmpi.data import open_training_set, prepare_training_set
+    from fedmpi.models.pretrained import describe_initial_model
 
     if cfg.cross_device:
         from fedmpi.crossdevice.client_data import cifar_folder
@@ -171,6 +174,16 @@ def prepare_data(cfg, layout) -> dict:
             prepare_training_set(spec, cfg.data)
             key = party.name if len(party.specs) == 1 else f"{party.name}.{i}"
             description[key] = open_training_set(spec, cfg.data).describe()
+            if cfg.data.heldout:   # the first of each identity's images are its personalised test images
+                description[key]["heldout_per_identity"] = cfg.data.heldout
+    public_classes = None
+    if cfg.data.public.kind:
+        public = open_training_set(cfg.data.public.spec(), cfg.data)
+        description["data.public"] = {**public.describe(), "held_by": "every party"}
+        public_classes = public.num_classes
+    initial = describe_initial_model(cfg, public_classes)
+    if initial:
+        description["model.init"] = initial
     return description
 
 

@@ -9,6 +9,13 @@
                  server_update(theta, mean, state)        Θ from Σ w_i θ_i (and the up payloads' weighted
                                                           means), in place; down payloads live in state
 
+  a party's own local training (a rule with a local objective; algorithms/objective.py, FedFR)
+                 local_objective(party)                   the objective a party's trainer ranks train: its loss
+                                                          beside the margin head's, its parameters, the round's
+                                                          data and length, the party's state it keeps
+                 weighs_parties                           the party's upload comes with its weight (the
+                                                          objective's), which replaces w (FedFR: |D_k ∪ H_k|)
+
   class embeddings (a rule with `class_payload`; fedmpi/silo/classes.py moves them, docs/BASELINES.md)
                  class_due(r)                             whether they travel in round r
   "rows"         class_step(W, bounds, lr, state)         the server's step on the stacked W = [W_1; ...; W_P]
@@ -83,6 +90,17 @@ class Algorithm:
     # (crossdevice/cohort.py): its arithmetic element by element, Θ and the down payloads broadcast over the
     # clients. False for a rule that reshapes what it reads (PFM's flat M).
     cohort_vectorisable: ClassVar[bool] = True
+    # True: the rule trains over data.public's identities as well (its parties' classifiers hold their rows, from
+    # model.init_classifier): FedFR
+    public_identities: ClassVar[bool] = False
+    # True: each party's leader sends the weight its local objective gives with its upload, and the server's w is
+    # those weights normalised (FedFR: the combined-set sizes); the config refuses FV beside it
+    weighs_parties: ClassVar[bool] = False
+    # True: each round's local steps start from zero momentum, a new local optimizer per round (FedFR's clients):
+    # the backbone's, the classifier's and the local objective's
+    fresh_local_optimizer: ClassVar[bool] = False
+    # the per-party numbers of a round the local objective reports (the log's `local` table, one [P] column each)
+    party_columns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):
@@ -116,6 +134,11 @@ class Algorithm:
 
     def end_round(self, params: list[torch.Tensor], rnd: LocalRound, state: dict) -> None:
         """After the K local steps: fill rnd.up."""
+
+    def local_objective(self, party):
+        """The party's own local training (algorithms/objective.py: a LocalObjective built from the trainer's
+        PartyTraining), or None: the margin head over the party's identities for fed.K steps a round."""
+        return None
 
     def on_global(self, previous: torch.Tensor, new: torch.Tensor, lr: float, state: dict) -> None:
         """Called on every trainer after a round with the previous and new global parameters (flat)."""

@@ -22,6 +22,7 @@ LABELS = {
     "fedaws": ("FedAwS", "#e377c2"),
     "fedgc": ("FedGC", "#d62728"),
     "privacyface": ("PrivacyFace", "#2f4b7c"),
+    "fedfr": ("FedFR", "#8c6d31"),
     "centralized": ("Centralized", "#000000"),
     "solo": ("Solo", UNKNOWN_COLOR),
 }

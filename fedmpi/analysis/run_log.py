@@ -24,7 +24,8 @@ METRIC_NAMES = {"accuracy": "verification accuracy", "accuracy_std": "accuracy s
                 "headline": "result (accuracy; IJB-B TAR@FAR=1e-4, IJB-C TAR@FAR=1e-5, MegaFace rank-1)",
                 **{f"tar_far_1e-{k}": f"TAR @ FAR=1e-{k}" for k in (1, 4, 5, 6)},
                 "rank1": "rank-1 identification (largest gallery)",
-                **{f"rank1_1e{k}": f"rank-1 identification, 1e{k} distractors" for k in range(1, 7)}}
+                **{f"rank1_1e{k}": f"rank-1 identification, 1e{k} distractors" for k in range(1, 7)},
+                **{f"tpir_far_1e-{k}": f"1:N TPIR @ FAR=1e-{k} (personalised)" for k in range(1, 7)}}
 CENTRALIZED_PARTY = "centralized"    # the single party name a centralized run logs
 UNION_ROW = "union\u2020"
 UNION_FOOTNOTE = ("\u2020 centralized: union loss \u2014 the centralized baseline trains on the union of all "
@@ -49,6 +50,7 @@ class Run:
     rounds: dict[str, np.ndarray]
     fv: dict[str, np.ndarray]
     eval: dict[str, np.ndarray]
+    personal: dict[str, np.ndarray] = field(default_factory=dict)   # /personal: round, <metric> [rows, P]
     label: str = ""
     settings: list[str] = field(default_factory=list)   # from --setting globs or the sweep index
     index_entry: dict = field(default_factory=dict)
@@ -161,6 +163,15 @@ class Run:
     def eval_metric(self, val_set: str, metric: str) -> np.ndarray:
         return self.eval.get(f"{val_set}/{metric}", np.zeros(0))
 
+    def personal_value(self, metric: str, at: str = "final") -> float:
+        """The personalised evaluation's metric, the mean over the parties of its last logged value ('final') or
+        of the largest one ('best'); NaN where nothing is logged."""
+        values = self.personal.get(metric, np.zeros((0, 0)))
+        if not values.size:
+            return math.nan
+        means = np.nanmean(values, axis=1)
+        return float(means[-1] if at == "final" else np.nanmax(means))
+
     def eval_value(self, val_set: str, metric: str, at: str = "final") -> float:
         """The metric's last logged value ('final') or its largest ('best'); NaN where nothing is logged."""
         values = self.eval_metric(val_set, metric)
@@ -185,7 +196,7 @@ def load_run(path: Path) -> Run:
             raise AnalysisError(f"{path}: the config stored in the log is not valid YAML ({exc})") from None
         return Run(path=Path(path), algorithm=log.algorithm, parties=log.parties, val_sets=log.val_sets,
                    config=config if isinstance(config, dict) else {}, rounds=log.table("rounds"),
-                   fv=log.table("fv"), eval=log.table("eval"))
+                   fv=log.table("fv"), eval=log.table("eval"), personal=log.table("personal"))
 
 
 def party_row_name(party: str) -> str:

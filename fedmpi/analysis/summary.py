@@ -65,12 +65,20 @@ def summary_table(runs: list[Run], factor: float = DEFAULT_FACTOR, metrics=EVAL_
                 continue
             add(f"{name} (best)", [r.eval_value(val_set, metric, "best") for r in runs])
             add(f"{name} best at step", [_best_step(r, val_set, metric) for r in runs])
+    personal = _union(k for r in runs for k in r.personal if k != "round")
+    for metric in personal:
+        kind = "1:N" if metric.startswith("tpir") else "1:1"
+        add(f"personalised {kind} {metric} (final, mean over parties)", [r.personal_value(metric) for r in runs])
+        add(f"personalised {kind} {metric} (best)", [r.personal_value(metric, "best") for r in runs])
     footnotes = [f"loss (EMA {factor:g}): s_0 = x_0, s_t = {factor:g} s_(t-1) + {1 - factor:.2g} x_t over the "
                  "rounds' per-party mean loss.",
                  "final = last evaluation logged; best = largest over evaluations; metrics: "
                  + "; ".join(f"{m} = {METRIC_NAMES[m]}" for m in metrics if m in METRIC_NAMES) + "."]
     if any(CENTRALIZED_PARTY in r.parties for r in runs):
         footnotes.append(UNION_FOOTNOTE)
+    if personal:
+        footnotes.append("personalised: each party's model after its local training (FedFR: + its converter) on "
+                         "every party's held-out images, its own identities genuine (docs/BASELINES.md).")
     return Table(header=["", *[r.label for r in runs]], rows=rows, row_digits=digits, footnotes=footnotes)
 
 

@@ -98,6 +98,11 @@ def _send(comm, value, dest: int, tag: int, what: str, deadline: float | None, t
                           f"{timeout_s:g} s")
 
 
+def send(value, dest: int, tag: int, *, what: str, timeout_s: float | None, comm=None) -> None:
+    """One small control message to `dest` with `tag`, CommTimeout when it is not taken within `timeout_s`."""
+    _send(comm or _world(), value, dest, tag, what, _deadline(timeout_s), timeout_s)
+
+
 def gather(value, *, what: str, timeout_s: float | None, comm, root: int = 0) -> list | None:
     """comm.gather(value, root) with a deadline: on the root, the list of every rank's value; CommTimeout
     naming the ranks that did not answer."""

@@ -94,7 +94,8 @@ CHOICES = {
     "clients.cohort": ("sequential", "vectorised", "auto"),
     "data.val_kind": ("synthetic", "bin"),
     "parties.data.kind": ("synthetic", "rec", "folder"),
-    "parties.data.style": ("ms1m", "ga", "vgg"),
+    # public: data.public's synthetic identities as a party's own (the public stage, configs/public_pretrain.yaml)
+    "parties.data.style": ("ms1m", "ga", "vgg", "public"),
 }
 
 

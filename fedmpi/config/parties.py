@@ -16,7 +16,7 @@ class DataSpec:
     """Where one party's training images come from."""
     kind: str = "synthetic"          # synthetic | rec | folder
     path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
-    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg)
+    style: str = "ms1m"              # synthetic: the party's prior (ms1m | ga | vgg | public: data.public's)
     identities: int = 500            # synthetic only
     images_per_identity: int = 20    # synthetic only
     split_index: int = 0             # 12-party setting: part split_index of split_count, by identity
@@ -98,6 +98,40 @@ def _three_parties() -> list[PartyConfig]:
 
 
 @dataclass
+class PublicData:
+    """An identity set every party holds besides its own (FedFR's public set: the identities its starting model was
+    trained on), read-only, identity-disjoint from every party's and from the validation sets. Its images never
+    count as a party's data (the run log describes it apart, /data attrs `public`)."""
+    kind: str = ""                   # "" (none) | synthetic | rec | folder
+    path: str = ""                   # rec: folder with train.rec/train.idx; folder: one sub-folder per identity
+    identities: int = 200            # synthetic only
+    images_per_identity: int = 10    # synthetic only
+
+    def spec(self) -> DataSpec:
+        """The set as a training-set source (data/sets.py); the synthetic one has identities of its own (style
+        `public`: the ms1m prior, other identity seeds)."""
+        return DataSpec(kind=self.kind, path=self.path, style="public", identities=self.identities,
+                        images_per_identity=self.images_per_identity)
+
+    def validate(self, cfg: "Config", fail) -> None:
+        if self.kind not in ("", "synthetic", "rec", "folder"):
+            fail("data.public.kind", f"{self.kind!r} is not one of '' (none), synthetic, rec, folder")
+        if self.kind:
+            from fedmpi.config.rules import algorithm_class
+
+            self.spec().validate(fail, "data.public")
+            if cfg.cross_device:
+                fail("data.public", "is held by the silo parties; the cross-device clients read CIFAR")
+            held = [p.name for p in cfg.parties if p.data.kind == "synthetic" and p.data.style == "public"]
+            if self.kind == "synthetic" and held:
+                fail(f"parties.{held[0]}.data.style", "public: the party would hold data.public's synthetic "
+                                                      "identities, which must be no party's own")
+            if not algorithm_class(cfg).public_identities:
+                fail("data.public.kind", f"the public set is read by a rule that trains over its identities too "
+                                         f"(fedfr); fed.algorithm={cfg.fed.algorithm} does not (leave it empty)")
+
+
+@dataclass
 class DataConfig:
     root: str = "data"               # synthetic sets are generated here
     image_size: int = 112
@@ -110,6 +144,10 @@ class DataConfig:
     val_kind: str = "synthetic"      # synthetic | bin
     val_path: str = ""
     val_pairs_per_fold: int = 100
+    public: PublicData = field(default_factory=PublicData)
+    heldout: int = 0                 # images of each identity held out of every party's training set (the first ones
+                                     # in the set's order: FedFR's split), the party's personalised test images;
+                                     # 0: none, no personalised evaluation
 
     def loader_workers(self, device) -> int:
         """DataLoader workers for a rank on `device`. Each worker is a forked copy of its rank (on CPU about
@@ -139,3 +177,18 @@ class DataConfig:
             fail("data.workers", f"must be >= 0 (or empty: 2 on a GPU, 0 on CPU), got {self.workers}")
         if self.val_pairs_per_fold <= 0:
             fail("data.val_pairs_per_fold", f"must be > 0, got {self.val_pairs_per_fold}")
+        self.public.validate(cfg, fail)
+        if self.heldout < 0 or self.heldout == 1:
+            fail("data.heldout", f"must be 0 (none) or >= 2 (the 1:1 protocol's genuine pairs are two held-out "
+                                 f"images of one identity), got {self.heldout}")
+        if self.heldout:
+            if cfg.cross_device:
+                fail("data.heldout", "splits the silo parties' identities; the cross-device clients have none")
+            if cfg.eval.every == 0:
+                fail("data.heldout", "its images are read by the personalised evaluation, which runs with the "
+                                     "held-out evaluation; eval.every=0 means none (set eval.every > 0)")
+            for p in cfg.parties:
+                spec = p.data
+                if spec.kind == "synthetic" and spec.images_per_identity <= self.heldout:
+                    fail(f"parties.{p.name}.data.images_per_identity", f"{spec.images_per_identity} images per "
+                         f"identity leave none to train on after data.heldout={self.heldout}")

@@ -25,11 +25,25 @@ class ModelConfig:
     bn_batch: int = 0                # images a BatchNorm layer normalises together in training (0: a rank's
                                      # whole batch); a run that may resume on other rank counts sets it to its
                                      # smallest batch per rank, so its statistics do not depend on the layout
+    init: str = ""                   # a pretrained start: an insightface-layout IResNet state_dict (.pth, what
+                                     # tools.export writes), checked key by key against this backbone
+    init_classifier: str = ""        # the public identities' classifier (tools.export --classifier layout), for a
+                                     # rule that trains over data.public's identities too (fedfr)
 
     def validate(self, cfg: "Config", fail) -> None:
+        from fedmpi.config.rules import algorithm_class
+
         for key in ("embedding_size", "width", "scale"):
             if not getattr(self, key) > 0:
                 fail(f"model.{key}", f"must be > 0, got {getattr(self, key)}")
+        if self.init and cfg.cross_device:
+            fail("model.init", "starts the silo parties' IResNet; the cross-device clients train a CIFAR CNN")
+        if self.init_classifier:
+            if not algorithm_class(cfg).public_identities:
+                fail("model.init_classifier", f"holds the public identities' rows, which only a rule training over "
+                                              f"them reads (fedfr); fed.algorithm={cfg.fed.algorithm} does not")
+            if not cfg.data.public.kind:
+                fail("model.init_classifier", "holds the public identities' rows: data.public must name them")
         if not 0 < self.sample_rate <= 1:
             fail("model.sample_rate", f"must be in (0, 1], got {self.sample_rate}")
         if self.bn_batch < 0:
@@ -136,10 +150,16 @@ class EvalConfig:
     every: int = 0                   # evaluate the global model every N rounds and after the last (0: never)
     batch_size: int = 128
     sets: BenchmarkSets = field(default_factory=BenchmarkSets)
+    # the personalised evaluation (with data.heldout > 0): each party's model after its local training on its own
+    # identities, 1:1 TAR and 1:N TPIR at these false accept rates (fedmpi/metrics/personal.py)
+    personal_fars: list[float] = field(default_factory=lambda: [1e-3, 1e-2, 1e-1])
 
     def validate(self, cfg: "Config", fail) -> None:
         if self.every < 0:
             fail("eval.every", f"must be >= 0 (0: no evaluation), got {self.every}")
+        for i, far in enumerate(self.personal_fars):
+            if not 0 < far < 1:
+                fail(f"eval.personal_fars[{i}]", f"must be in (0, 1), got {far}")
         self.sets.validate(cfg, fail)
 
 

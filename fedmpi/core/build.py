@@ -24,7 +24,7 @@ from fedmpi.models.backbone import build_backbone, build_client_model
 class RunParts:
     """What a rank's role is made of."""
     rule: Algorithm                  # fed.algorithm with fed.options and its server optimizer (fed.server)
-    model: torch.nn.Module           # the shared model f(Θ), initialised identically on every rank
+    model: torch.nn.Module           # the shared model f(Θ), initialised identically on every rank (model.init)
     state: BackboneState             # its flat state [trainable | frozen | buffers]
     aggregator: Aggregator           # how the server combines a round's uploads
     new_model: Callable[[], torch.nn.Module]   # another model of the same kind, to load a Θ into (validators)
@@ -72,6 +72,10 @@ def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunPar
     """Every rank's parts, made once at its start from the checked config."""
     shared_model = build_client_model if cfg.cross_device else build_backbone   # the CIFAR CNN or the IResNet
     model = shared_model(cfg, device, dtype)
+    if cfg.model.init:   # a pretrained start (rank 0 checked the file against this model before any rank got here)
+        from fedmpi.models.pretrained import load_initial_backbone
+
+        load_initial_backbone(model, cfg.model.init)
     state = BackboneState(model)
     rule = build_rule(cfg)
     return RunParts(rule=rule, model=model, state=state, aggregator=build_aggregator(cfg, rule, state.variances),

@@ -20,6 +20,8 @@ class RoundStats:
     seconds: np.ndarray       # [P] the slowest rank's seconds of local training
     bad_records: np.ndarray   # [P] records skipped (data.skip_bad), int64
     first_step_s: np.ndarray | None = None   # [P] the slowest rank's first step where it compiled, else None
+    columns: dict | None = None   # {name: [P]} the leaders' numbers of their party's round (a local objective's,
+                                  # the personalised evaluation's), NaN where a party sent none
 
 
 def round_statistics(r: int) -> str:
@@ -30,6 +32,7 @@ def round_statistics(r: int) -> str:
 class Exchange(Protocol):
     """Where a round's uploads come from and where the global payload goes (server side)."""
     participation: float      # fraction of all clients that took part this round (SCAFFOLD's |S|/N)
+    party_weights: np.ndarray | None   # [P] after wait: the weights the parties sent (a rule with weighs_parties)
     gives_uploads: bool       # `rows` holds every upload (else the exchange sums them on the way)
     rows: torch.Tensor | None  # [P, D_up] uploads of the last completed round, party by party
     upload_names: list[str]   # the round's uploads as messages name them (the parties; the sampled clients)
@@ -71,6 +74,8 @@ class Setting(Protocol):
     data_description: dict              # the log's /data
     log_schema: dict                    # RunLog keyword arguments: val_sets, fv_candidates, eval_columns, extra_tables,
                                         # attrs
+    party_tables: dict                  # {table: [column]}: the log tables (in extra_tables) of RoundStats.columns,
+                                        # a row in each round where a party reported one of them
 
     def side_work(self, log) -> SideWork: ...
     # built after the side work: it keeps `kept` earlier rounds' uploads that the side work still reads

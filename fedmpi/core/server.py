@@ -47,6 +47,7 @@ class Server:
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
         self.parties = setting.parties
+        self.party_tables = setting.party_tables
         self.run_dir = run_dir
         schema = dict(setting.log_schema)
         if cfg.fed.dp.enabled:
@@ -97,6 +98,8 @@ class Server:
                     classes.wait()
                 rows = exchange.rows
                 self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
+                if exchange.party_weights is not None:   # the rule weighs the parties itself (FedFR's set sizes)
+                    self.w = torch.as_tensor(exchange.party_weights / exchange.party_weights.sum())
                 self.step(exchange, self.w, exchange.participation)           # check, aggregate, server update
                 if self.influence:
                     self.influence.measure(r, rows, self.step.combination)
@@ -133,6 +136,10 @@ class Server:
             note = f"{note}  {self.privacy.note()}" if note else self.privacy.note()
         if self.influence:
             self.log.append("influence", **self.influence.last)
+        for table, names in self.party_tables.items():
+            if stats.columns and any(name in stats.columns for name in names):
+                nothing = np.full(len(self.parties), np.nan)
+                self.log.append(table, round=r, **{name: stats.columns.get(name, nothing) for name in names})
         if self.classes:
             if self.classes.row:
                 self.log.append("classes", **self.classes.row)

@@ -48,6 +48,8 @@ class ClientExchange:
     `clients`) for an aggregator that reads them all; otherwise `rows` is None and the uploads are summed on the
     way (FV cannot run on it either way: it scores parties, not clients)."""
 
+    party_weights = None   # the clients' weights are their example counts, applied on the way
+
     def __init__(self, trainers: list[int], group, control: Control, sampler: ClientSampler, sizes: np.ndarray,
                  up_numel: int, device, dtype, log=None, store: ClientStore | None = None,
                  every_upload: bool = False):

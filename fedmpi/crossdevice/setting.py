@@ -98,6 +98,7 @@ class CrossDeviceSetting:
         self.log_schema = {"val_sets": list(cfg.data.val_sets),
                            "extra_tables": {"clients": {"round": ((), "i8"), "ids": ((self.sampler.count,), "i8")},
                                             "eval": EVAL_COLUMNS}}
+        self.party_tables: dict = {}   # no per-client numbers beyond the round's statistics
 
     @property
     def data_description(self) -> dict:

@@ -15,9 +15,14 @@ class ShardBatchSampler:
     kG + j * world + r (j < batch_size). So with G kept, a party of 2 ranks x 32 and one of 1 rank x 64 read
     the same images with the same flips at every step (a checkpoint moved between rank counts continues the
     same stream), and batch k is the same whether the stream starts at 0 or at start_step = k.
+
+    steps_per_pass = s > 0 cuts each pass into s steps instead, the pass's last n_items − sG positions dropped (a
+    shuffled DataLoader's drop_last: a round of whole local epochs); sG must not exceed n_items. `seed` may be a
+    sequence of integers (a round's own stream: run seed, party, round).
     """
 
-    def __init__(self, n_items: int, rank: int, world: int, batch_size: int, seed: int, start_step: int = 0):
+    def __init__(self, n_items: int, rank: int, world: int, batch_size: int, seed, start_step: int = 0,
+                 steps_per_pass: int = 0):
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"rank {rank} must lie in 0..{world - 1}")
         if n_items < world:
@@ -27,10 +32,13 @@ class ShardBatchSampler:
         self.n_items, self.rank, self.world = n_items, rank, world
         self.batch_size, self.seed, self.start_step = batch_size, seed, start_step
         self.party_batch = world * batch_size
+        if steps_per_pass < 0 or steps_per_pass * self.party_batch > n_items:
+            raise ValueError(f"{steps_per_pass} steps of {self.party_batch} images do not fit a pass of {n_items}")
+        self.steps_per_pass = steps_per_pass
 
     def pass_order(self, p: int) -> tuple[np.ndarray, np.ndarray]:
         """(indices, flips) of the party's pass p, position by position."""
-        rng = np.random.default_rng([self.seed, p])
+        rng = np.random.default_rng([*np.atleast_1d(self.seed).tolist(), p])
         return rng.permutation(self.n_items), rng.random(self.n_items) < 0.5
 
     def __iter__(self) -> Iterator[list[tuple[int, bool]]]:
@@ -38,7 +46,11 @@ class ShardBatchSampler:
         passes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         step = self.start_step
         while True:
-            passes_of, offsets = np.divmod(step * self.party_batch + own, self.n_items)
+            if self.steps_per_pass:
+                passes_of = np.full(self.batch_size, step // self.steps_per_pass, dtype=np.int64)
+                offsets = (step % self.steps_per_pass) * self.party_batch + own
+            else:
+                passes_of, offsets = np.divmod(step * self.party_batch + own, self.n_items)
             for p in set(passes_of.tolist()) - set(passes):
                 passes[p] = self.pass_order(p)
             for p in [p for p in passes if p < passes_of[0]]:

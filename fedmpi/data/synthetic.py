@@ -59,6 +59,8 @@ STYLES = {
                  cast_jitter=0.08, blur=0.6, noise=0.03, occlusion_p=0.18, background=(0.05, 0.95),
                  expression=1.3, age_sd=0.25),
     "val": Style(yaw_sd=12.0, roll_sd=4.0, light=0.3, occlusion_p=0.05),
+    # data.public's synthetic set: ms1m's prior under a name of its own, so its identity seeds are no party's
+    "public": Style(tone_power=1.4),
 }
 
 # Per-identity uniforms, one column each (their order fixes what a seed means; append, never reorder).
@@ -186,6 +188,7 @@ def render_chunked(ident: dict, view: dict, size: int, chunk: int = 256) -> np.n
 
 
 def style_of(name: str) -> Style:
+    """A training set's style: a party's (ms1m, ga, vgg; the config's choices) or the public set's (public)."""
     if name not in STYLES or name == "val":
         raise ValueError(f"unknown synthetic style {name!r}: expected one of ms1m, ga, vgg")
     return STYLES[name]

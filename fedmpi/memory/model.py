@@ -50,13 +50,19 @@ DTYPE_BYTES = {"float32": 4, "float64": 8}
 RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
                 "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
                 "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1),
-                "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0)}
+                "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0), "fedfr": (0, 0, 1, 0)}
 CLIENT_STATE = {"scaffold": 1, "feddyn": 1}      # per-client trainer-state tensors of n values (client_state)
 CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (models/cifar_cnn.py), all trainable
-SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface"}   # the server step is the average itself: no separate mean
+# the server step is the average itself: no separate mean
+SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface", "fedfr"}
 # the rules whose class embeddings leave the parties (Algorithm.class_payload): "rows" go to the server, which holds
 # them all; a "summary" is made from the party's rows gathered on its leader
 CLASS_PAYLOAD = {"fedaws": "rows", "fedgc": "rows", "privacyface": "summary"}
+# flat states of D values a rule's local objective keeps on every trainer rank (algorithms/objective.py): FedFR's
+# frozen global and previous backbones and the previous one's state; and whether the party's classifier also holds
+# the public identities' rows (data.public)
+OBJECTIVE_STATES = {"fedfr": 3}
+PUBLIC_ROWS = {"fedfr"}
 NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
 
 
@@ -232,6 +238,9 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
 def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
     """Append the party's trainer ranks' needs to `ranks`; returns what its ranks on a node hold once there."""
     classes = party_classes(cfg, party)
+    public = cfg.data.public
+    if s.rule in PUBLIC_ROWS and public.kind == "synthetic":
+        classes += public.identities
     size, batch = len(party.ranks), rank_batch(cfg, party.name)
     classes_here = math.ceil(classes / size) if s.m.classifier != "replicated" and size > 1 else classes
     b, n = s.b, s.n
@@ -241,7 +250,7 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
         tensors = {
             "model": (s.D + n) * b,
             "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
-            "rule state": kept_state * n * b,
+            "rule state": kept_state * n * b + OBJECTIVE_STATES.get(s.rule, 0) * s.D * b,
             "classifier": 3 * classes_here * s.m.embedding_size * b
                           # a class payload: the party's rows gathered on its leader (and their padded blocks)
                           + (2 * classes * s.m.embedding_size * b if i == 0 and s.rule in CLASS_PAYLOAD else 0),

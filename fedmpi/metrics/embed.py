@@ -47,6 +47,14 @@ def embed_images(backbone: torch.nn.Module, images_uint8: torch.Tensor, batch_si
     return torch.cat(chunks)
 
 
+def set_batches(dataset, indices, batch: int):
+    """(positions, images) of a face dataset's items `indices`, `batch` at a time: its own normalised images
+    [b, 3, H, W], unflipped (FedFR's passes over a party's and the public set: no augmentation)."""
+    for start in range(0, len(indices), batch):
+        part = indices[start:start + batch]
+        yield part, torch.stack([dataset[(int(i), False)][0] for i in part])
+
+
 def pair_scores(embeddings) -> np.ndarray:
     """Cosine similarity of rows (2i, 2i+1), float64 [N/2]."""
     emb = embeddings.detach().cpu().numpy() if isinstance(embeddings, torch.Tensor) else np.asarray(embeddings)

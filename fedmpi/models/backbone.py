@@ -7,9 +7,9 @@ import torch
 from fedmpi.models.iresnet import iresnet
 
 
-def build_backbone(cfg, device, dtype) -> torch.nn.Module:
-    """The IResNet of model.*, initialised identically on every rank from run.seed."""
-    torch.manual_seed(cfg.run.seed)
+def build_backbone(cfg, device, dtype, seed: int | None = None) -> torch.nn.Module:
+    """The IResNet of model.*, initialised identically on every rank from run.seed (or `seed`)."""
+    torch.manual_seed(cfg.run.seed if seed is None else seed)
     m = cfg.model
     net = iresnet(m.backbone, embedding_size=m.embedding_size, input_size=cfg.data.image_size,
                   width=m.width, dropout=m.dropout)

@@ -7,6 +7,8 @@ Up:   party leaders -> server over the leaders group into a [P, D_up] buffer kep
 Down: server -> leaders (broadcast over the leaders group), then leader -> its party's ranks (broadcast over
       the party group, which stays inside the party's nodes).
 Statistics: every trainer rank sends its round's numbers to the server over MPI.
+Weights: for a rule that weighs the parties (FedFR), each leader sends its party's weight over MPI just before its
+upload; the server takes them once the uploads are in.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from fedmpi.core.context import Control, Groups
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER, Party
 
+TAG_WEIGHT = 7411   # a party's weight of the round, leader -> server (MPI)
+
 
 class SiloExchange:
     """The server's side: every party's leader uploads each round (the silo setting) over the `leaders` group.
@@ -32,8 +36,11 @@ class SiloExchange:
     gives_uploads = True
 
     def __init__(self, parties: list[Party], leaders, control: Control, up_numel: int, down_numel: int, device,
-                 dtype, kept: int = 0, intra_receivers: int = 0):
+                 dtype, kept: int = 0, intra_receivers: int = 0, weighed: bool = False):
+        """weighed: each leader sends its party's weight with its upload (`party_weights` after `wait`)."""
         self.leaders, self.control, self.dtype = leaders, control, dtype
+        self._weighed = weighed
+        self.party_weights: np.ndarray | None = None
         self._point_to_point = uploads_point_to_point(device)
         self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device,
                                    lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
@@ -64,6 +71,10 @@ class SiloExchange:
                 work.wait()
         self._latest, self._work = self._pending, []
         self._next = (self._next + 1) % len(self._buffers)
+        if self._weighed:
+            self.party_weights = np.array([comm.receive(leader, TAG_WEIGHT, what="a party's weight of the round",
+                                                        timeout_s=self.control.timeout_s, comm=self.control.mpi)
+                                           for leader in self._leaders], dtype=np.float64)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -85,8 +96,11 @@ class SiloExchange:
         loss, images, seconds, count = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
         bad = np.zeros(P, dtype=np.int64)
         first_step = np.zeros(P)
+        columns: dict[str, np.ndarray] = {}
         for s in (s for s in stats if s is not None):
             i = s["party"]
+            for name, value in s.get("columns", {}).items():   # the leader's numbers of its party's round
+                columns.setdefault(name, np.full(P, np.nan))[i] = value
             bad[i] += s["bad_records"]
             first_step[i] = max(first_step[i], s.get("first_step_s") or 0.0)
             loss[i] += s["loss"]
@@ -94,7 +108,7 @@ class SiloExchange:
             seconds[i] = max(seconds[i], s["seconds"])
             count[i] += 1
         return RoundStats(loss / np.maximum(count, 1), images, seconds, bad,
-                          first_step if first_step.any() else None)
+                          first_step if first_step.any() else None, columns)
 
     def state_dict(self) -> dict:
         """Nothing to keep: the buffers are refilled every round."""
@@ -152,6 +166,12 @@ def receive_global(down: torch.Tensor, party: Party, rank: int, groups: Groups, 
     if group is not None:
         with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, group)}"):
             dist.broadcast(down, src=party.leader, group=group)
+
+
+def send_weight(control: Control, r: int, weight: float) -> None:
+    """A leader's party weight of round r, to the server (before its upload)."""
+    comm.send(float(weight), SERVER, TAG_WEIGHT, what=f"round {r + 1}: the party's weight", timeout_s=control.timeout_s,
+              comm=control.mpi)
 
 
 def report(control: Control, r: int, stats: dict) -> None:

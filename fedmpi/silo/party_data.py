@@ -7,21 +7,32 @@ import torch
 from fedmpi.layout import Party, rank_batch
 
 
-def open_party_dataset(party: Party, data_cfg):
+def open_party_sets(party: Party, data_cfg):
+    """(training set, held-out set or None): the party's set (its parts concatenated for the centralized union),
+    without the first data.heldout images of each identity, which are its personalised test images."""
     from fedmpi.data import ConcatFaceDataset, open_training_set
+    from fedmpi.data.combined import heldout_split
 
     sets = [open_training_set(spec, data_cfg) for spec in party.specs]
-    return sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
+    dataset = sets[0] if len(sets) == 1 else ConcatFaceDataset(sets)
+    return heldout_split(dataset, data_cfg.heldout) if data_cfg.heldout else (dataset, None)
 
 
-def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device):
+def open_party_dataset(party: Party, data_cfg):
+    """The party's training set (its held-out images excluded)."""
+    return open_party_sets(party, data_cfg)[0]
+
+
+def batch_stream(dataset, party: Party, rank: int, cfg, start_step: int, device, seed=None, steps_per_pass: int = 0):
     """Batches of this rank's shard, resumable at any step; a DataLoader, with workers on a GPU (data.workers),
-    decoding in its workers (data.decoder=cpu) or on the rank's GPU (gpu: the workers only read the records)."""
+    decoding in its workers (data.decoder=cpu) or on the rank's GPU (gpu: the workers only read the records).
+    `seed`, `steps_per_pass`: a stream of its own (a round's, ShardBatchSampler) instead of the party's."""
     from fedmpi.data import ShardBatchSampler
     from fedmpi.models.heads import check_label_range
 
     sampler = ShardBatchSampler(len(dataset), party.ranks.index(rank), len(party.ranks), rank_batch(cfg, party.name),
-                                seed=cfg.data.seed + 7919 * party.index, start_step=start_step)
+                                seed=cfg.data.seed + 7919 * party.index if seed is None else seed,
+                                start_step=start_step, steps_per_pass=steps_per_pass)
     on_device = cfg.data.decodes_on(device)
     if on_device:
         from fedmpi.data.device_decode import EncodedItems, decode_items, keep_items

@@ -14,6 +14,7 @@ from fedmpi.core.server import Server
 from fedmpi.fv import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool
 from fedmpi.layout import Layout, party_batches
+from fedmpi.metrics.personal import personal_columns
 from fedmpi.silo.classes import ServerClasses, party_rows
 from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
@@ -36,8 +37,12 @@ class SiloSetting:
         rule = parts.rule
         self.log_schema = {"val_sets": list(cfg.data.val_sets), "fv_candidates": cfg.fv.T if fv_runs(cfg) else 0,
                            "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": rule.leaves_party}}
+        self.party_tables = party_tables(cfg, rule)
+        P = len(self.parties)
+        self.log_schema["extra_tables"] = {table: {"round": ((), "i8"), **{c: ((P,), "f8") for c in columns}}
+                                           for table, columns in self.party_tables.items()}
         if rule.class_payload:
-            self.log_schema["extra_tables"] = {"classes": rule.class_columns}
+            self.log_schema["extra_tables"]["classes"] = rule.class_columns
 
     def side_work(self, log) -> SideWork:
         cfg, ctx = self.cfg, self.ctx
@@ -50,13 +55,25 @@ class SiloSetting:
         ctx = self.ctx
         shared = shared_parties(ctx.layout, ctx.shares)
         return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
-                            ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared))
-
+                            ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
+                            weighed=self.parts.rule.weighs_parties)
 
     def class_exchange(self) -> ServerClasses:
         ctx, cfg = self.ctx, self.cfg
         return ServerClasses(self.parts.rule, list(ctx.layout.parties), party_rows(self.data_description, ctx.layout.parties),
                              cfg.model.embedding_size, ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier)
+
+
+def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
+    """The log's tables of the parties' own numbers per round: `local` (a local objective's round: FedFR's hard
+    negatives, combined set, epochs, steps, and the seconds its round's preparation took) and `personal` (the
+    personalised evaluation's metrics, in the rounds it ran; data.heldout > 0)."""
+    tables = {}
+    if rule.party_columns:
+        tables["local"] = [*rule.party_columns, "begin_round_s"]
+    if cfg.data.heldout:
+        tables["personal"] = personal_columns(cfg.eval.personal_fars)
+    return tables
 
 
 def run_silo_server(cfg: Config, ctx: Context, parts: RunParts, run_dir, data_description: dict, resume=None) -> int:

@@ -3,6 +3,7 @@ gradient over its group), the party's private classifier with local momentum (eq
 the chosen rule (PFM eq. 3, or local momentum SGD), then the round's exchange with the server."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -14,9 +15,10 @@ from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.payloads import Payloads
+from fedmpi.core.schedule import evaluation_due
 from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.classes import PartyClasses
-from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
+from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local, send_weight
 from fedmpi.silo.party_gradients import COMPRESSION, PartyGradients, party_ddp
 from fedmpi.silo.precision import Precision
 from fedmpi.silo.step_speed import StepSpeed
@@ -25,7 +27,9 @@ from fedmpi.models.sgd import MomentumSGD
 from fedmpi.store.checkpoint import (Checkpointer, capture_rng, copy_into, party_part, read_part,
                                      restore_rng)
 from fedmpi.layout import rank_batch
-from fedmpi.silo.party_data import batch_stream, open_party_dataset
+from fedmpi.silo.local_objective import open_public, party_training
+from fedmpi.silo.party_data import batch_stream, open_party_sets
+from fedmpi.silo.personal import PersonalEvaluation
 
 
 class Trainer:
@@ -37,7 +41,7 @@ class Trainer:
         self.device, self.dtype = parts.device, parts.dtype
         self.party = ctx.layout.party_of(ctx.rank)
         self.is_leader = ctx.rank == self.party.leader
-        self.dataset = open_party_dataset(self.party, cfg.data)
+        self.dataset, heldout = open_party_sets(self.party, cfg.data)
         self.backbone = parts.model
         self.batch_size = rank_batch(cfg, self.party.name)
         normalise_in_groups(self.backbone, self.batch_size, cfg.model.bn_batch)
@@ -61,7 +65,11 @@ class Trainer:
         self.precision = Precision(o.amp, self.device, group=group, weight_cache=not self.speed.graphs)
         self.speed.capture(self.backbone, self.state, self.batch_size, cfg.data.image_size, self.precision.autocast)
         self.model, self.party_gradients = self._party_model(group)
-        self.classifier = self._build_classifier().to(self.device)
+        # the public identities' set, every party's, for a rule that trains over them too (their classifier rows
+        # follow the party's own)
+        public = open_public(cfg) if self.algorithm.public_identities else None
+        self.classifier_seed = cfg.run.seed + 1 + self.party.index
+        self.classifier = self._build_classifier(public.num_classes if public is not None else 0).to(self.device)
         self.forward = self.speed.compiled(self.model)
         self.loss = self.speed.compiled(self.classifier) if group is None else self.classifier
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
@@ -71,6 +79,20 @@ class Trainer:
             self.algo_state.update({key: self.node.like(self.algo_state[key]) for key in self.algorithm.global_state})
         # Θ's trainable values before the next global model arrives, for on_global (None: the rule reads none)
         self.previous_global = self.algorithm.previous_global(self.algo_state, self.down.trainable)
+        # the rule's own local training (FedFR), its state kept with the rule's trainer state, its parameters
+        # stepped as the classifier's are
+        self.objective = self.algorithm.local_objective(party_training(self, public, parts.new_model))
+        self.objective_opt = None
+        if self.objective is not None:
+            self.algo_state.update(self.objective.state())
+            if self.objective.parameters():
+                self.objective_opt = MomentumSGD(self.objective.parameters(), lr=o.lr, momentum=o.momentum,
+                                                 weight_decay=o.weight_decay)
+        self.personal_evaluation = (PersonalEvaluation(cfg, ctx.layout, self.party, self.dataset, heldout,
+                                                       self.device, self.dtype)
+                                    if heldout is not None and self.is_leader else None)
+        self.steps = cfg.fed.K           # the local steps of the current round
+        self.round_columns: dict = {}    # the round's numbers for the log (the objective's, the personal metrics)
         # what of the party's class embeddings leaves it each round (a rule with a class payload; silo/classes.py)
         self.classes = (PartyClasses(self.algorithm, self.party, self.rank, self.groups, self.classifier,
                                      self.classifier_opt, self.algo_state, len(ctx.layout.parties), self.device,
@@ -87,38 +109,67 @@ class Trainer:
             return party_ddp(self.backbone, group, self.cfg.run.ddp_bucket_mb, compression), None
         return self.backbone, PartyGradients(self.state.trainable, group, compression)
 
-    def _build_classifier(self):
+    def _build_classifier(self, extra_classes: int = 0):
+        """The party's margin classifier over its identities (and `extra_classes` rows after them: the public
+        identities of a rule that trains over them)."""
         from fedmpi.models.classifier import build_classifier
 
         m, cfg = self.cfg.model, self.cfg
-        return build_classifier(self.dataset.num_classes, m.embedding_size, kind=m.head, scale=m.scale,
-                                margin=cfg.margin, group=self.groups.party, mode=m.classifier,
-                                sample_rate=m.sample_rate, seed=cfg.run.seed + 1 + self.party.index,
-                                dtype=self.dtype)
+        return build_classifier(self.dataset.num_classes + extra_classes, m.embedding_size, kind=m.head,
+                                scale=m.scale, margin=cfg.margin, group=self.groups.party, mode=m.classifier,
+                                sample_rate=m.sample_rate, seed=self.classifier_seed, dtype=self.dtype)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         return run_trainer_rounds(self, self.cfg.rounds, self.cfg.lr_at_round, start_round, checkpointer)
 
     def start(self, start_round: int) -> None:
-        """The batch stream from the resumed step (the first global payload came in __init__)."""
+        """The batch stream from the resumed step (the first global payload came in __init__); a local objective's
+        rounds each have a stream of their own."""
         cfg = self.cfg
-        self.batches = batch_stream(self.dataset, self.party, self.rank, cfg, start_round * cfg.fed.K, self.device)
+        if self.objective is None:
+            self.batches = batch_stream(self.dataset, self.party, self.rank, cfg, start_round * cfg.fed.K,
+                                        self.device)
 
     def prepare(self, r: int, lr: float) -> None:
-        for group in self.classifier_opt.param_groups:
-            group["lr"] = lr
+        self.set_lr(lr)
+        if self.algorithm.fresh_local_optimizer:   # a new local optimizer every round: no momentum carried over
+            for opt in (self.classifier_opt, self.objective_opt):
+                if opt is not None:   # the first step's buffer is then its gradient, as a new torch SGD's
+                    opt.momentum_buffers = [None] * len(opt.momentum_buffers)
+            for buffer in self.algo_state.get("momentum", ()):
+                buffer.zero_()
+
+    def set_lr(self, lr: float) -> None:
+        for opt in (self.classifier_opt, self.objective_opt):
+            for group in opt.param_groups if opt is not None else ():
+                group["lr"] = lr
+
+    def begin_round(self, r: int, lr: float) -> None:
+        """A local objective's round: its data (after the global Θ arrived: FedFR's hard negatives), its steps and
+        its own stream of batches."""
+        started = time.perf_counter()
+        plan = self.objective.begin_round(r, lr)
+        self.steps = plan.steps
+        self.batches = batch_stream(plan.dataset, self.party, self.rank, self.cfg, 0, self.device, seed=plan.seed,
+                                    steps_per_pass=plan.steps_per_pass)
+        self.round_columns = {**self.objective.columns(), "begin_round_s": time.perf_counter() - started}
 
     def train(self, r: int, lr: float) -> tuple[LocalRound, float]:
-        """K local steps; (what the rule's steps saw, the mean loss). A loss that is not finite goes to the server
-        like any other: it stops the run there, in one line naming the uploads that caused it
-        (aggregation/upload_check.py), rather than every party's rank blaming its own party."""
-        K = self.cfg.fed.K
+        """The round's local steps (fed.K, or the local objective's); (what the rule's steps saw, the mean loss). A
+        loss that is not finite goes to the server like any other: it stops the run there, in one line naming the
+        uploads that caused it (aggregation/upload_check.py), rather than every party's rank blaming its own party."""
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         rnd = self.local_round(lr)
         with comm.naming_failures(f"round {r + 1}: party {self.party.name}'s local steps"):
+            if self.objective is not None:
+                self.begin_round(r, lr)
+            rnd.K = K = self.steps
             for k in range(K):
                 images, labels = next(self.batches)
                 rnd.step = k
+                if self.objective is not None:
+                    rnd.lr = self.objective.lr(k)
+                    self.set_lr(rnd.lr)
                 loss_sum += self.step(images.to(self.dtype), labels, rnd)
         return rnd, float(loss_sum) / K
 
@@ -126,8 +177,10 @@ class Trainer:
         first_step = self.speed.timer.seconds if self.speed.timer else None
         self.speed.timer = None     # said once, in the round that compiled
         send_statistics(self.control, r, {"party": self.party.index, "loss": trained[1], "seconds": seconds,
-                                          "images": self.cfg.fed.K * self.batch_size,
-                                          "bad_records": self.bad_records(), "first_step_s": first_step})
+                                          "images": self.steps * self.batch_size,
+                                          "bad_records": self.bad_records(), "first_step_s": first_step,
+                                          "columns": self.round_columns if self.is_leader else {}})
+        self.round_columns = {}
 
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
@@ -146,19 +199,28 @@ class Trainer:
         timer = self.speed.timer
         if timer:
             timer.start()
+        objective = self.objective
+        extra = objective.parameters() if objective is not None else []
         with self.precision.autocast():
-            embeddings = self.forward(self.speed.images(images))
+            images = self.speed.images(images)
+            embeddings = self.forward(images)
             loss = self.loss(embeddings, labels)
+            if objective is not None:
+                loss = objective.loss(images, embeddings, labels, loss)
         self.precision.backward(loss)
         if self.party_gradients is not None:
             self.party_gradients.average()
         self.classifier.sync_grads()
-        if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters()]):
+        if objective is not None:
+            objective.sync_grads()
+        if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters(), *extra]):
             with torch.no_grad():
                 grads = [p.grad for p in self.state.trainable]
                 self.algorithm.local_step(self.state.trainable, grads, rnd, self.algo_state)
             self.classifier_opt.step()
-        for p in (*self.state.trainable, *self.classifier.parameters()):
+            if self.objective_opt is not None:
+                self.objective_opt.step()
+        for p in (*self.state.trainable, *self.classifier.parameters(), *extra):
             p.grad = None
         if timer and timer.stop(self.device) is not None:
             print(f"party {self.party.name} rank {self.rank}: first step {timer.seconds:.1f} s "
@@ -172,6 +234,8 @@ class Trainer:
         with comm.naming_failures(f"round {r + 1}"):
             with torch.no_grad():
                 self.algorithm.end_round(self.state.trainable, rnd, self.algo_state)
+                if self.objective is not None:
+                    self.objective.end_round(r)
             if self.node:
                 self.node.wait_for_party("the party's local steps")   # Θ_{r-1} and M are read no more
             previous = self.previous_global
@@ -181,9 +245,14 @@ class Trainer:
                 self.state.read(self.up.theta)
                 if self.attack != 1.0:
                     scale_update(self.up.trainable, self.down.trainable, self.attack)
+                if self.algorithm.weighs_parties:   # the party's weight first: the server aggregates with it
+                    send_weight(self.control, r, self.objective.weight())
                 send_local(self.up.flat, self.groups.leaders)
             if self.classes:
                 self.classes.upload(r)
+            if self.personal_evaluation is not None and evaluation_due(r, self.cfg.eval.every, self.cfg.rounds):
+                personal = self.objective.personal if self.objective is not None else (lambda f: f)
+                self.round_columns.update(self.personal_evaluation(self.backbone, personal))
             rebuild = None
             if previous is not None:
                 def rebuild():

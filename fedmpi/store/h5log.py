@@ -6,7 +6,8 @@ Layout (schema version 1):
                    leaves_party (silo runs: what crosses from a party to the server, in words)
   /config          the resolved config as YAML text (a resume with --allow-config-changes: the new one,
                    root attr config_changes lists each change and the round it applies from)
-  /data            attrs: one JSON description per party dataset (and the split / partition hashes)
+  /data            attrs: one JSON description per party dataset (and the split / partition hashes), the public
+                   set every party holds (`data.public`), the starting model's files and sha256 (`model.init`)
                    and, where a launch compiled or captured its step (run.compile, run.cuda_graphs),
                    `first_step_s`: a JSON list of {round, party: the slowest rank's first step in seconds}
   /rounds/<col>    one row per round: round, step, lr, wall_time, round_time, images_per_s, bytes_moved
@@ -19,6 +20,8 @@ Layout (schema version 1):
   /eval/<col>      one row per evaluation: round, step, then <set>/<metric> columns (attrs: sets = JSON list
                    of the pair sets, then the large-scale benchmarks, whose metrics are their own)
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
+  /personal/<col>  the personalised evaluation (data.heldout): one row per evaluated round, round and a [P] column
+                   per metric; /local/<col>: a rule with a local objective (FedFR), its round's numbers per party
   /classes/<col>   a rule with a class payload: one row per round its server step ran (the rule's class_columns:
                    FedGC's Reg, FedAwS's spreadout loss, PrivacyFace's releases and (epsilon, delta))
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.

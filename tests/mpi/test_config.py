@@ -148,7 +148,8 @@ def test_each_rule_runs_its_papers_local_optimizer_unless_the_config_names_one()
     momentum = {rule: load_config(None, [f"fed.algorithm={rule}"]).fed.local_momentum for rule in RULES}
     assert momentum == {"fedavg": 0.0, "fedavgm": 0.0, "pfm": None, "fedprox": 0.0, "scaffold": 0.0,
                         "fedadam": 0.0, "fedyogi": 0.0, "fedadagrad": 0.0, "mime_lite": None,   # None: not read
-                        "feddyn": 0.0, "fedaws": 0.0, "fedgc": 0.0, "privacyface": 0.0}
+                        "feddyn": 0.0, "fedaws": 0.0, "fedgc": 0.0, "privacyface": 0.0,
+                        "fedfr": 0.9}
     assert load_config(None, ["fed.algorithm=scaffold", "fed.local_momentum=0.9"]).fed.local_momentum == 0.9
     assert load_config(None, ["fed.setting=centralized", "optim.momentum=0.8"]).fed.local_momentum == 0.8
     shown = subprocess.run([sys.executable, "-m", "fedmpi.run", "--print-config", "fed.algorithm=scaffold"],

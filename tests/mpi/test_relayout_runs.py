@@ -7,7 +7,10 @@ that the tolerance (max |difference| / max |value| of Θ, and of each logged los
 wrong image (which differs by 1e-2 and more): these tiny networks (BatchNorm over 4 images of 1x1 maps) amplify
 float32 rounding by about 100 a round. 1e-9 for the rules without noise (measured: 2e-13 to 7e-11); DP-FedAvg's
 noise, 0.17 per value on weights of about 0.1, makes the network amplify the rounding further (measured: up to
-1e-9 on the losses after three rounds), so its tolerance is 1e-7.
+1e-9 on the losses after three rounds), so its tolerance is 1e-7. FedFR's too: its objective (CosFace at s = 30,
+the personal head's BCE x 10, the contrastive term x 5; 7 local steps a round here) amplifies the rounding of the
+other reduction order to 1e-9 after four rounds (measured: 1.0e-9), while one local step on either layout agrees
+to 1e-16.
 
 FedGC and PrivacyFace, whose class payloads leave the parties (ms1m's classifier gathered from its shards and
 split again, PrivacyFace's received clusters in the leader's trainer state), are among the rules resumed on the
@@ -16,7 +19,8 @@ columns checked.
 
 Three launches hold every run: 1/1/1 (the uninterrupted runs), 2/1/1 (the uninterrupted runs and the resumes
 of the 1/1/1 checkpoints), 1/1/1 (the resumes of the 2/1/1 checkpoints and a resume that changes the party's
-batch per step with --allow-config-changes)."""
+batch per step with --allow-config-changes); FedFR from a pretrained start (model.init) is resumed on the other
+layouts too, and on its own layout in the third launch (bitwise)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +38,7 @@ from fedmpi.store.manifest import read_part
 
 SCRIPT = str(ROOT / "tests" / "support" / "mpi_scripts" / "runs_in_one_launch.py")
 ROUNDS, K, TOLERANCE = 4, 2, 1e-9
-NOISY = 1e-7        # DP-FedAvg's tolerance (the module's text says why)
+NOISY = 1e-7        # DP-FedAvg's and FedFR's tolerance (the module's text says why)
 TWO = [("parties=[{name: ms1m, ranks: 2, data: {style: ms1m, identities: 9, images_per_identity: 4}},"
         " {name: ga, ranks: 1, data: {style: ga, identities: 6, images_per_identity: 4}},"
         " {name: vgg, ranks: 1, data: {style: vgg, identities: 5, images_per_identity: 4}}]")]
@@ -50,6 +54,10 @@ RULES = {
     "fedavgm": ["fed.algorithm=fedavgm"],
     "scaffold": ["fed.algorithm=scaffold"],
     "dp-fedavg": ["fed.algorithm=fedavg", "fed.dp.enabled=true", "fed.dp.clip=1.0", "fed.dp.noise_multiplier=0.5"],
+    # from a pretrained start (the files: `pretrained`), the public set at every party, one local epoch a round
+    "fedfr": ["fed.algorithm=fedfr", "model.head=cosface", "model.scale=30", "model.margin=0.4",
+              "data.public.kind=synthetic", "data.public.identities=6", "data.public.images_per_identity=4",
+              "fed.options.first_epochs=1", "fed.options.min_epochs=1", "fed.options.threshold=0.0"],
     # the class embeddings that travel: FedGC's rows (gathered from ms1m's 2 shards, corrected, split again) and
     # PrivacyFace's clusters (kept by every party as extra negatives); its cones are wide and released from few
     # identities so that these tiny parties release some
@@ -96,20 +104,35 @@ def _from(base, run: str) -> list[str]:
     return ["--resume", str(base / run / "ckpt" / "round_000001")]
 
 
+def pretrained(base) -> list[str]:
+    """FedFR's starting files: a backbone in tools.export's layout (another seed's) and a public classifier."""
+    from fedmpi.config import load_config
+    from fedmpi.models.backbone import build_backbone
+    from tools.export import export_state_dict
+
+    cfg = load_config(None, [*TWO, *COMMON])
+    export_state_dict(build_backbone(cfg, torch.device("cpu"), torch.float32, seed=77), base / "init.pth")
+    torch.save({"weight": torch.randn(6, 16, generator=torch.Generator().manual_seed(1))}, base / "fc.pt")
+    return [f"model.init={base / 'init.pth'}", f"model.init_classifier={base / 'fc.pt'}"]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("relayout")
-    _launch(base, 4, {f"one-{r}": [*TWO, *COMMON, *ONE, *a] for r, a in RULES.items()}, "one")
-    _launch(base, 5, {**{f"two-{r}": [*TWO, *COMMON, *a] for r, a in RULES.items()},
+    start = pretrained(base)
+    rules = {r: [*a, *start] if r == "fedfr" else a for r, a in RULES.items()}
+    _launch(base, 4, {f"one-{r}": [*TWO, *COMMON, *ONE, *a] for r, a in rules.items()}, "one")
+    _launch(base, 5, {**{f"two-{r}": [*TWO, *COMMON, *a] for r, a in rules.items()},
                       "two-fedaws": [*TWO, *COMMON, *FR_BASELINES["fedaws"]],
-                      **{f"one-two-{r}": [*TWO, *COMMON, *a, *_from(base, f"one-{r}")] for r, a in RULES.items()},
+                      **{f"one-two-{r}": [*TWO, *COMMON, *a, *_from(base, f"one-{r}")] for r, a in rules.items()},
                       **{f"again-{r}": [*TWO, *COMMON, *a, "--resume", str(base / f"two-{r}" / "ckpt" / "round_000002")]
                          for r, a in FR_BASELINES.items()}},
             "two")
     old_format(base / "one-fedavgm" / "ckpt" / "round_000001", base / "old-format" / "ckpt" / "round_000001")
     reshard(base / "two-fedavgm" / "ckpt" / "round_000001", base / "offline", [*TWO, *COMMON, *ONE, *RULES["fedavgm"]])
     _launch(base, 4, {**{f"two-one-{r}": [*TWO, *COMMON, *ONE, *a, *_from(base, f"two-{r}")]
-                         for r, a in RULES.items()},
+                         for r, a in rules.items()},
+                      "one-one-fedfr": [*TWO, *COMMON, *ONE, *rules["fedfr"], *_from(base, "one-fedfr")],
                       "offline-resumed": [*TWO, *COMMON, *ONE, *RULES["fedavgm"], "--resume", str(base / "offline")],
                       "old-resumed": [*TWO, *COMMON, *ONE, *RULES["fedavgm"], *_from(base, "old-format")],
                       "batch-changed": [*TWO, *COMMON, "parties.ms1m.ranks=1", *RULES["fedavgm"],
@@ -127,7 +150,7 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("rule", list(RULES))
 def test_resumed_on_the_other_layout_follows_the_uninterrupted_run(runs, rule):
-    tolerance = NOISY if rule == "dp-fedavg" else TOLERANCE
+    tolerance = NOISY if rule in ("dp-fedavg", "fedfr") else TOLERANCE
     assert relative(theta(runs, f"two-{rule}"), theta(runs, f"two-one-{rule}")) < tolerance      # 2/1/1 -> 1/1/1
     assert relative(theta(runs, f"one-{rule}"), theta(runs, f"one-two-{rule}")) < tolerance      # 1/1/1 -> 2/1/1
     with LogReader(runs / f"two-{rule}" / "log.h5") as a, LogReader(runs / f"two-one-{rule}" / "log.h5") as b:
@@ -147,6 +170,25 @@ def test_the_party_classifier_and_rule_state_are_resplit_and_carried(runs):
     assert relative(momentum, one["classifier_optimizer"]["state"][0]["momentum_buffer"]) < TOLERANCE
     control = [torch.cat([c.reshape(-1) for c in p["algorithm"]["control"]]) for p in (two[0], one)]
     assert relative(*control) < 100 * TOLERANCE      # c_i = (Θ - y) / (K η_l): a difference of models, over 0.2
+
+
+def test_fedfr_resumed_on_its_own_layout_ends_bitwise_equal_and_on_another_keeps_the_personal_state(runs):
+    """The party's state that never leaves it (the previous backbone, the personal head) is in the leader's part:
+    resumed on the same rank counts the run ends bit for bit as the uninterrupted one; resumed on other rank counts
+    the state came across (the personal head after round 4 follows the uninterrupted run's, up to reduction
+    order)."""
+    def leader(run):
+        return read_part(runs / run / "ckpt" / f"round_{ROUNDS:06d}" / "party-ms1m-0.h5")["algorithm"]
+
+    assert theta(runs, "one-one-fedfr").equal(theta(runs, "one-fedfr"))
+    same, resumed = leader("one-fedfr"), leader("one-one-fedfr")
+    assert same["previous"].equal(resumed["previous"])
+    assert all(same["personal"][k].equal(resumed["personal"][k]) for k in same["personal"])
+    two, two_one = leader("two-fedfr"), leader("two-one-fedfr")
+    assert relative(two["previous"], two_one["previous"]) < NOISY
+    for key in ("converter.weight", "weight", "bias"):
+        assert relative(two["personal"][key], two_one["personal"][key]) < NOISY, key
+    assert not two["personal"]["converter.weight"].equal(torch.eye(16, dtype=torch.float64))   # it trained
 
 
 def test_a_changed_batch_per_step_runs_with_allow_config_changes_and_the_log_records_it(runs):
