@@ -91,7 +91,8 @@ badparty-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce badparty --scale cpu --folder docs/results/badparty-cpu --lock $(LOCK) \
 		--lock-hold $(LOCK_HOLD) $(ARGS)
 
-# The field's FR baselines (FedAwS, FedGC, PrivacyFace) beside FedAvg, PFM, FedFace and centralized, two seeds each
+# The field's FR baselines (FedAwS, FedGC, PrivacyFace) beside FedAvg, PFM, FedFace and centralized, and FedFR beside
+# FedAvg and FedFace on 12 small parties from a pretrained start (its pretraining run first), two seeds each
 # (jobs/frbaselines_study.py), into docs/results/fr-baselines_cpu.md; the lock as in badparty-cpu
 fr-baselines-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce fr-baselines --scale cpu --folder docs/results/fr-baselines-cpu --lock $(LOCK) \
