@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedmpi.algorithms.base import Algorithm
+from fedmpi.algorithms.registry import rule
 from fedmpi.analysis.sweep_index import read_index
 from jobs.fedface_study import Scale, scale_overrides
 from jobs.site import ROOT
@@ -169,10 +171,6 @@ def _methods(scale: FRScale, layout: str) -> list[str]:
     return [k for k in scale.methods or METHODS if METHODS[k].layout == layout]
 
 
-def _public(many: ManyParties) -> list[str]:
-    return [f"data.public.identities={many.public[0]}", f"data.public.images_per_identity={many.public[1]}"]
-
-
 def pretrain_spec(scale: FRScale) -> RunSpec:
     """The public set trained alone: the "many" layout's start (its newest checkpoint is what follow_up exports)."""
     many = scale.many
@@ -187,15 +185,18 @@ def many_spec(scale: FRScale, key: str, seed: int, start: tuple[str, str]) -> Ru
     """A run of the "many" layout from the pretrained start (`start`: the backbone and public classifier files)."""
     many, m = scale.many, METHODS[key]
     config, base = SETTINGS[LAYOUTS["many"]]
-    public_rows = any(o == "fed.algorithm=fedfr" for o in m.overrides)    # the rules reading data.public
-    rounds = ["fed.K=1", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds}", *many.fedfr] if public_rows \
-        else [f"fed.K={many.K}", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds * many.K}"]
+    algorithm = rule(next(o.split("=", 1)[1] for o in m.overrides if o.startswith("fed.algorithm=")))
+    # a rule with a local objective sets its round's length itself (FedFR's epochs): one "step" a round here
+    own_rounds = algorithm.local_objective is not Algorithm.local_objective
+    rounds = (["fed.K=1", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds}", *many.fedfr] if own_rounds
+              else [f"fed.K={many.K}", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds * many.K}"])
     parties = [o for name in _party_names(config)
                for o in (f"parties.{name}.ranks=1", f"parties.{name}.data.identities={many.identities[0]}",
                          f"parties.{name}.data.images_per_identity={many.identities[1]}")]
-    own_start = [f"model.init={start[0]}",
-                 *([f"model.init_classifier={start[1]}", "data.public.kind=synthetic", *_public(many)]
-                   if public_rows else [])]
+    own_start = [f"model.init={start[0]}"]
+    if algorithm.public_identities:     # it trains over the public identities too: their set and pretrained rows
+        own_start += [f"model.init_classifier={start[1]}", "data.public.kind=synthetic",
+                      f"data.public.identities={many.public[0]}", f"data.public.images_per_identity={many.public[1]}"]
     # the method's own overrides last: they may change its round length
     overrides = [*base, *many.model, *parties, f"optim.lr={many.lr}", f"optim.batch_size={many.batch}",
                  "optim.milestones=[]", *rounds, f"data.heldout={many.heldout}", "eval.every=1",

@@ -1,7 +1,8 @@
 """FedFR's local objective on one trainer rank of a party (algorithms/fedfr.py says what a round does; the seam is
-algorithms/objective.py), with its schedule of local epochs (spec §4.3-6; `o`: the rule's FedFROptions). The party's state, kept across rounds and never uploaded: `previous` (the backbone the
-party trained last round, the contrastive term's negative: a flat state like Θ) and `personal` (the personal
-head A, V_k, b); its private rows W_k live in the trainer's classifier, with the public rows after them."""
+algorithms/objective.py), with its schedule of local epochs (spec §4.3-6; `o`: the rule's FedFROptions). The
+party's state, kept across rounds and never uploaded: `previous` (the backbone the party trained last round, the
+contrastive term's negative: a flat state like Θ) and `personal` (the personal head A, V_k, b); its private rows
+W_k live in the trainer's classifier, with the public rows after them."""
 from __future__ import annotations
 
 import numpy as np
@@ -105,20 +106,6 @@ class FedFRObjective(LocalObjective):
 
     def parameters(self) -> list:
         return list(self.head.parameters()) if self.o.bce_weight else []
-
-    def sync_grads(self) -> None:
-        """The head is replicated on the party's ranks: its gradient becomes the mean of theirs (one all-reduce)."""
-        group = self.party.group
-        if group is None or not self.o.bce_weight:
-            return
-        grads = [p.grad for p in self.head.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=group)
-        flat /= self.party.ranks
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
 
     def end_round(self, r: int) -> None:
         """φ_prev of the next round: this round's backbone θ_k as the party uploads it, the leader's (the other

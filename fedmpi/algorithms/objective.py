@@ -10,8 +10,8 @@ the exchange, checkpoints. The objective adds, each round and each step:
   lr(step)                          the learning rate of the round's local step (backbone, classifier, its own)
   loss(images, f, labels, head)     the step's loss from the margin head's (`head`) and the embeddings f
   parameters()                      trained beside the backbone and the classifier (the classifier's momentum
-                                    SGD, weight decay and lr), their gradients made the party's mean by
-  sync_grads()                      (every rank of the party calls it after backward)
+                                    SGD, weight decay and lr), replicated on the party's ranks: the trainer makes
+                                    their gradients the party's mean, as the backbone's
   end_round(r)                      after the round's steps, before the upload
   weight()                          the party's weight of the round (a rule with `weighs_parties`)
   personal(f)                       the party's personal features from the backbone's (the personalised
@@ -107,9 +107,6 @@ class LocalObjective:
 
     def parameters(self) -> list:
         return []
-
-    def sync_grads(self) -> None:
-        pass
 
     def end_round(self, r: int) -> None:
         pass

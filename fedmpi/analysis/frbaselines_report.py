@@ -155,19 +155,21 @@ def paired_table(report: Report, outcomes: dict[str, Outcome], layout: str) -> T
     by = {(o.labels["method"], o.labels["seed"]): o for o in outcomes.values()}
     seeds = sorted({o.labels["seed"] for o in outcomes.values() if o.labels["layout"] == layout})
     personal = _personal_columns([o for o in outcomes.values() if o.labels["layout"] == layout])
+
+    def minus_baseline(key: str, seed: int, value) -> float:
+        """value(run) − value(its baseline's run) of the same seed; NaN where either run is missing."""
+        run = by.get((key, seed))
+        base = by.get((run.labels["baseline"], seed)) if run else None
+        return value(run) - value(base) if run and base else math.nan
+
+    def final_tar(o: Outcome) -> float:
+        return o.tar[FARS[-1]][-1] if FARS[-1] in o.tar else math.nan
+
     rows = []
     for key, label in methods_of(report, layout):
-        diffs = []
-        for seed in seeds:
-            run = by.get((key, seed))
-            base = by.get((run.labels["baseline"], seed)) if run else None
-            diffs.append(run.accuracy - base.accuracy if run and base else math.nan)
-        tar = [by[(key, s)].tar[FARS[-1]][-1] - by[(by[(key, s)].labels["baseline"], s)].tar[FARS[-1]][-1]
-               if (key, s) in by and (by[(key, s)].labels["baseline"], s) in by and FARS[-1] in by[(key, s)].tar
-               else math.nan for s in seeds]
-        own = [[by[(key, s)].personal.get(c, math.nan) - by[(by[(key, s)].labels["baseline"], s)].personal.get(c, math.nan)
-                if (key, s) in by and (by[(key, s)].labels["baseline"], s) in by else math.nan for s in seeds]
-               for c in personal]
+        diffs = [minus_baseline(key, s, lambda o: o.accuracy) for s in seeds]
+        tar = [minus_baseline(key, s, final_tar) for s in seeds]
+        own = [[minus_baseline(key, s, lambda o, c=c: o.personal.get(c, math.nan)) for s in seeds] for c in personal]
         rows.append([label, *diffs, mean_half_range(diffs), mean_half_range(tar), *map(mean_half_range, own)])
     baseline = _baseline(report, layout)
     return Table(header=["method", *(f"seed {s}: acc. − {baseline}" for s in seeds), "mean ± half range",

@@ -190,7 +190,7 @@ def render_chunked(ident: dict, view: dict, size: int, chunk: int = 256) -> np.n
 def style_of(name: str) -> Style:
     """A training set's style: a party's (ms1m, ga, vgg; the config's choices) or the public set's (public)."""
     if name not in STYLES or name == "val":
-        raise ValueError(f"unknown synthetic style {name!r}: expected one of ms1m, ga, vgg")
+        raise ValueError(f"unknown synthetic style {name!r}: expected one of ms1m, ga, vgg, public")
     return STYLES[name]
 
 

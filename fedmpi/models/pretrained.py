@@ -6,7 +6,7 @@ or a released insightface backbone (`backbone.pth` of arcface_torch). It must fi
 key and shape; the first key that does not is named in one line (`InitError`), with both shapes.
 `model.init_classifier` is a classifier of the public identities (`data.public`) as `tools.export --classifier`
 writes one (arcface_torch's PartialFC layout, `{"weight": [classes, d]}`), or a bare [classes, d] tensor.
-The run log keeps each file's path and sha256 (/data attrs `model_init`)."""
+The run log keeps each file's path and sha256 (/data attrs `model.init`)."""
 from __future__ import annotations
 
 import hashlib

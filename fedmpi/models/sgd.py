@@ -27,6 +27,10 @@ class MomentumSGD:
         self.momentum_buffers: list[torch.Tensor | None] = [None] * len(params)
         self.fused = fused
 
+    def reset(self) -> None:
+        """Forget the momentum: the next step starts as a new optimizer's (its buffer is that step's gradient)."""
+        self.momentum_buffers = [None] * len(self.momentum_buffers)
+
     @torch.no_grad()
     def step(self) -> None:
         group = self.param_groups[0]

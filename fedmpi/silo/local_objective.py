@@ -40,6 +40,7 @@ def party_training(trainer, public, new_model) -> PartyTraining:
                          random_state=random_state, global_theta=trainer.global_theta, dataset=trainer.dataset,
                          public=public, public_classifier=classifier_rows, classifier=trainer.classifier,
                          classifier_seed=trainer.classifier_seed, group=trainer.groups.party,
-                         rank=party.ranks.index(trainer.rank), ranks=len(party.ranks), leader=party.leader, party_index=party.index,
-                         batch_size=trainer.batch_size, eval_batch=cfg.eval.batch_size, seed=cfg.run.seed,
+                         rank=party.ranks.index(trainer.rank), ranks=len(party.ranks), leader=party.leader,
+                         party_index=party.index, batch_size=trainer.batch_size, eval_batch=cfg.eval.batch_size,
+                         seed=cfg.run.seed,
                          prepare_images=trainer.speed.images, device=device, dtype=dtype)

@@ -82,12 +82,17 @@ class Trainer:
         # the rule's own local training (FedFR), its state kept with the rule's trainer state, its parameters
         # stepped as the classifier's are
         self.objective = self.algorithm.local_objective(party_training(self, public, parts.new_model))
-        self.objective_opt = None
+        self.objective_opt = self.objective_gradients = None
         if self.objective is not None:
             self.algo_state.update(self.objective.state())
             if self.objective.parameters():
                 self.objective_opt = MomentumSGD(self.objective.parameters(), lr=o.lr, momentum=o.momentum,
                                                  weight_decay=o.weight_decay)
+                # replicated on the party's ranks: their gradients become the party's mean, as the backbone's
+                if group is not None:
+                    self.objective_gradients = PartyGradients(self.objective.parameters(), group)
+        # the gradients a multi-rank party averages on its own (DDP averages a GPU party's backbone in backward)
+        self.averaged = [g for g in (self.party_gradients, self.objective_gradients) if g is not None]
         self.personal_evaluation = (PersonalEvaluation(cfg, ctx.layout, self.party, self.dataset, heldout,
                                                        self.device, self.dtype)
                                     if heldout is not None and self.is_leader else None)
@@ -134,8 +139,8 @@ class Trainer:
         self.set_lr(lr)
         if self.algorithm.fresh_local_optimizer:   # a new local optimizer every round: no momentum carried over
             for opt in (self.classifier_opt, self.objective_opt):
-                if opt is not None:   # the first step's buffer is then its gradient, as a new torch SGD's
-                    opt.momentum_buffers = [None] * len(opt.momentum_buffers)
+                if opt is not None:
+                    opt.reset()
             for buffer in self.algo_state.get("momentum", ()):
                 buffer.zero_()
 
@@ -194,8 +199,8 @@ class Trainer:
                           down=self.down.as_params(params), up=self.up.as_params(params))
 
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
-        if self.party_gradients is not None:
-            self.party_gradients.attach()
+        for gradients in self.averaged:
+            gradients.attach()
         timer = self.speed.timer
         if timer:
             timer.start()
@@ -208,11 +213,9 @@ class Trainer:
             if objective is not None:
                 loss = objective.loss(images, embeddings, labels, loss)
         self.precision.backward(loss)
-        if self.party_gradients is not None:
-            self.party_gradients.average()
+        for gradients in self.averaged:
+            gradients.average()
         self.classifier.sync_grads()
-        if objective is not None:
-            objective.sync_grads()
         if self.precision.unscale_and_check([*self.state.trainable, *self.classifier.parameters(), *extra]):
             with torch.no_grad():
                 grads = [p.grad for p in self.state.trainable]
