@@ -156,6 +156,8 @@ class Algorithm:
     def leaves_party(self) -> str:
         """What crosses from a party to the server, in words (printed at start, kept in the log)."""
         what = ["backbone", *self.up]
+        if self.weighs_parties:
+            what.append("its aggregation weight")
         if self.class_payload == "rows":
             what.append("class embeddings")
         elif self.class_payload == "summary":

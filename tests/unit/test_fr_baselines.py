@@ -257,6 +257,8 @@ def test_what_leaves_each_party():
     assert PrivacyFace().leaves_party == "backbone, differentially private clusters of the class embeddings"
     from fedmpi.algorithms.scaffold import Scaffold
     assert Scaffold().leaves_party == "backbone, control_delta"
+    from fedmpi.algorithms.fedfr import FedFR
+    assert FedFR().leaves_party == "backbone, its aggregation weight"      # the combined set's size, beside θ_i
 
 
 @pytest.mark.parametrize("overrides, message", [
