@@ -41,7 +41,9 @@ class OneRank:
     """The PartyTraining fields the pass reads, for a party of one rank."""
 
     def __init__(self, batch, device, dtype):
-        self.rank, self.ranks, self.group, self.eval_batch = 0, 1, None, batch
+        from fedmpi.silo.party_comm import PartyCollectives
+
+        self.collectives, self.eval_batch = PartyCollectives(None, 0, 1, 0), batch
         self.prepare_images, self.device, self.dtype = (lambda x: x), device, dtype
 
 

@@ -60,12 +60,18 @@ class LocalRound:
 
 class Algorithm:
     name: ClassVar[str] = "base"
+    label: ClassVar[str] = "base"                    # its name in tables and figures (analysis/methods.py)
+    colour: ClassVar[str] = "#7f7f7f"
     Options: ClassVar[type] = NoOptions      # the fed.options section
     server_optimizer: ClassVar[str] = "sgd"  # what fed.server.optimizer=auto means for this rule
     fixed_server_optimizer: ClassVar[bool] = False   # True: fed.server.optimizer may not name another one
     up: ClassVar[tuple[str, ...]] = ()
     down: ClassVar[tuple[str, ...]] = ()
     client_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that follow a client across rounds
+    # what the memory check counts before torch (memory/model.py): the trainer state's tensors of n values besides
+    # local momentum, and the server state's under the rule's own server optimizer
+    trainer_tensors: ClassVar[int] = 0
+    server_tensors: ClassVar[int] = 0
     global_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that on_global rebuilds from Θ
     aggregator: ClassVar[type] = WeightedMean        # how the server combines the uploads (fedmpi/aggregation)
     # The local optimizer of the rule's paper: the heavy-ball momentum of its local SGD (0.0: plain SGD), what
@@ -141,6 +147,12 @@ class Algorithm:
         """The server optimizer's state; rules with down payloads keep them (views into the global payload,
         zero at the start) in this dict, so that a checkpoint restores what the trainers are sent."""
         return self.server.init(theta)
+
+    @classmethod
+    def averages_at_server(cls) -> bool:
+        """server_averages under the rule's own server optimizer, from the class alone (the memory check)."""
+        return (not cls.up and not cls.down and cls.server_optimizer == "sgd"
+                and cls.server_update is Algorithm.server_update)
 
     @property
     def server_averages(self) -> bool:

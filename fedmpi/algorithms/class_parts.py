@@ -21,7 +21,7 @@ class ClassPart:
     """Nothing of W_k leaves its party."""
     leaves: ClassVar[str] = ""               # what leaves a party besides θ_i, in words ("" nothing)
     rows_to_server: ClassVar[bool] = False   # whether the server holds every party's W_k (DP, the memory check)
-    summarised: ClassVar[bool] = False       # whether the party's leader gathers W_k to summarise it (memory check)
+    gathered: ClassVar[bool] = False         # whether the party's leader gathers W_k (the memory check)
     columns: ClassVar[dict] = {}             # the log's `classes` table: what step / relay return
 
     def __init__(self, options=None, **_):
@@ -58,7 +58,7 @@ class ClassPart:
 class RowsPart(ClassPart):
     """W_k goes to the server, which steps on the stacked rows and sends each party its own back."""
     leaves = "class embeddings"
-    rows_to_server = True
+    rows_to_server = gathered = True
 
     def due(self, r):
         return True
@@ -77,7 +77,7 @@ class RowsPart(ClassPart):
 
 class SummaryPart(ClassPart):
     """The party's leader summarises W_k; the server relays each party the other parties' summaries."""
-    summarised = True
+    gathered = True
 
     def party_side(self, kit):
         return kit.summaries(self)

@@ -7,6 +7,8 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAdagrad(FedAvg):
     name = "fedadagrad"
+    label, colour = "FedAdagrad", "#843c39"     # in tables and figures (analysis/methods.py)
     server_optimizer = "adagrad"
     local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True
+    server_tensors = 2               # the server optimizer's moments

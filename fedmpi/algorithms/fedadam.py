@@ -7,6 +7,8 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAdam(FedAvg):
     name = "fedadam"
+    label, colour = "FedAdam", "#393b79"     # in tables and figures (analysis/methods.py)
     server_optimizer = "adam"
     local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
     fixed_server_optimizer = True
+    server_tensors = 2               # the server optimizer's moments

@@ -50,4 +50,4 @@ class Spreadout(RowsPart):
         return {"spreadout": loss}
 
 
-FedAwS = Method("fedaws", FedAwSOptions, classes=Spreadout)
+FedAwS = Method("fedaws", "FedAwS", "#e377c2", FedAwSOptions, classes=Spreadout)

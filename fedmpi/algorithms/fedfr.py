@@ -99,4 +99,4 @@ class FedFRTraining(LocalTraining):
 
 
 # the clients' SGD: momentum 0.9, weight decay optim.weight_decay
-FedFR = Method("fedfr", FedFROptions, training=FedFRTraining, local_momentum_default=0.9)
+FedFR = Method("fedfr", "FedFR", "#8c6d31", FedFROptions, training=FedFRTraining, local_momentum_default=0.9)

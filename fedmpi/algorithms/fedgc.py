@@ -46,4 +46,4 @@ class CrossClientCorrection(RowsPart):
         return {"reg": reg}
 
 
-FedGC = Method("fedgc", FedGCOptions, classes=CrossClientCorrection)
+FedGC = Method("fedgc", "FedGC", "#d62728", FedGCOptions, classes=CrossClientCorrection)

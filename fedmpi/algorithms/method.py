@@ -34,11 +34,21 @@ class Method:
     cohort_vectorisable = True
     up: tuple[str, ...] = ()
     down: tuple[str, ...] = ()
+    # the memory check's facts (base.Algorithm), as the default backbone (FedAvg's) has them
+    client_state: tuple[str, ...] = ()
+    global_state: tuple[str, ...] = ()
+    trainer_tensors = server_tensors = 0
 
-    def __init__(self, name: str, Options, *, classes: type[ClassPart] = ClassPart,
+    def __init__(self, name: str, label: str, colour: str, Options, *, classes: type[ClassPart] = ClassPart,
                  training: type[LocalTraining] = LocalTraining, local_momentum_default: float = 0.0):
-        self.name, self.Options, self.classes, self.training = name, Options, classes, training
+        """label, colour: its name and colour in tables and figures (analysis/methods.py)."""
+        self.name, self.label, self.colour = name, label, colour
+        self.Options, self.classes, self.training = Options, classes, training
         self.local_momentum_default = local_momentum_default
+
+    @staticmethod
+    def averages_at_server() -> bool:
+        return True                      # FedAvg's and PFM's server step: the weighted average itself (eq. 4)
 
     def __call__(self, options=None, *, head_scale: float = 64.0, momentum: float = 0.9, weight_decay: float = 0.0,
                  local_momentum: float = 0.0, server=None):

@@ -110,4 +110,4 @@ class PrivateClusters(SummaryPart):
                 f"-DP by basic composition)\n")
 
 
-PrivacyFace = Method("privacyface", PrivacyFaceOptions, classes=PrivateClusters)
+PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, classes=PrivateClusters)
