@@ -1,4 +1,4 @@
-"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/hard_negatives.py), what it costs per
+"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/fedfr/hard_negatives.py), what it costs per
 round: one no-grad, eval-mode forward over the party's and the public images and the best cosine of each public
 image. Prints figures, asserts nothing.
 
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     import torch
 
     from bench.conv_gflops import cpu_model
-    from fedmpi.algorithms.hard_negatives import hard_negative_pass
+    from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
     from fedmpi.config import load_config
     from fedmpi.data import open_training_set, prepare_training_set
     from fedmpi.models.backbone import build_backbone

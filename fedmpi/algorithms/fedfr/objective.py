@@ -1,4 +1,4 @@
-"""FedFR's local objective on one trainer rank of a party (algorithms/fedfr.py says what a round does; the seam is
+"""FedFR's local objective on one trainer rank of a party (fedfr/rule.py says what a round does; the part is
 algorithms/objective.py), with its schedule of local epochs (spec §4.3-6; `o`: the rule's FedFROptions). The
 party's state, kept across rounds and never uploaded: `previous` (the backbone the party trained last round, the
 contrastive term's negative: a flat state like Θ) and `personal` (the personal head A, V_k, b); its private rows
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedmpi.algorithms.hard_negatives import hard_negative_pass
+from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
 from fedmpi.algorithms.objective import LocalObjective, PartyTraining, RoundData
 from fedmpi.data.combined import CombinedFaceDataset
 from fedmpi.models.class_centres import init_class_centres

@@ -93,7 +93,7 @@ class FedFRTraining(LocalTraining):
 
     @staticmethod
     def objective(options, party):
-        from fedmpi.algorithms.fedfr_objective import FedFRObjective
+        from fedmpi.algorithms.fedfr.objective import FedFRObjective
 
         return FedFRObjective(options, party)
 
