@@ -46,24 +46,21 @@ def shard_rows(n: int, ranks: int, classifier_mode: str) -> int:
     return end - start
 
 
-class PartyKit:
-    """What a trainer rank's transports share: its party and place, the party's classifier and its optimizer,
-    the rule's trainer state, the number of parties."""
+class TransportKit:
+    """The transports a class part picks from (class_parts.py: party_side, server_side): `Nothing`, `Rows` and
+    `Summaries`, set by the party's kit and the server's."""
+    Nothing: type
+    Rows: type
+    Summaries: type
 
-    def __init__(self, party: Party, rank: int, groups, classifier, optimizer, algo_state: dict, parties: int,
-                 device, dtype):
-        self.party, self.rank, self.groups = party, rank, groups
-        self.classifier, self.optimizer, self.algo_state = classifier, optimizer, algo_state
-        self.parties, self.device, self.dtype = parties, device, dtype
+    def nothing(self):
+        return self.Nothing()
 
-    def nothing(self) -> "NoPartyClasses":
-        return NoPartyClasses()
+    def rows(self, part):
+        return self.Rows(part, self)
 
-    def rows(self, part) -> "PartyRows":
-        return PartyRows(part, self)
-
-    def summaries(self, part) -> "PartySummaries":
-        return PartySummaries(part, self)
+    def summaries(self, part):
+        return self.Summaries(part, self)
 
 
 class NoPartyClasses:
@@ -202,3 +199,15 @@ class PartySummaries(PartyClasses):
     def restored(self) -> None:
         """The classifier's extra negatives from the received summaries (after a download or a checkpoint)."""
         self.classifier.negatives = valid_cones(self.algo_state[RECEIVED])
+
+
+class PartyKit(TransportKit):
+    """What a trainer rank's transports share: its party and place, the party's classifier and its optimizer,
+    the rule's trainer state, the number of parties."""
+
+    def __init__(self, party: Party, rank: int, groups, classifier, optimizer, algo_state: dict, parties: int,
+                 device, dtype):
+        self.party, self.rank, self.groups = party, rank, groups
+        self.classifier, self.optimizer, self.algo_state = classifier, optimizer, algo_state
+        self.parties, self.device, self.dtype = parties, device, dtype
+        self.Nothing, self.Rows, self.Summaries = NoPartyClasses, PartyRows, PartySummaries

@@ -13,10 +13,10 @@ from fedmpi.comm import p2p
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.core.seams import NoClasses
 from fedmpi.layout import Party
-from fedmpi.silo.classes import TAG_DOWN, TAG_UP, replicated, shard_rows
+from fedmpi.silo.classes import TAG_DOWN, TAG_UP, TransportKit, replicated, shard_rows
 
 
-class ServerKit:
+class ServerKit(TransportKit):
     """What the server's transports share: the parties, their class counts n_k (`rows`), the embedding size d."""
 
     def __init__(self, parties: list[Party], rows: list[int], d: int, leaders, device, dtype,
@@ -25,15 +25,7 @@ class ServerKit:
         self.device, self.dtype, self.classifier_mode = device, dtype, classifier_mode
         # the shards gathered on each leader (the padded blocks of the party's other ranks)
         self.gathered = d * sum(n - shard_rows(n, len(p.ranks), classifier_mode) for n, p in zip(rows, parties))
-
-    def nothing(self) -> NoClasses:
-        return NoClasses()
-
-    def rows(self, part) -> "ServerRows":
-        return ServerRows(part, self)
-
-    def summaries(self, part) -> "ServerSummaries":
-        return ServerSummaries(part, self)
+        self.Nothing, self.Rows, self.Summaries = NoClasses, ServerRows, ServerSummaries
 
 
 class ServerClasses:
