@@ -47,15 +47,7 @@ class OneRank:
         self.prepare_images, self.device, self.dtype = (lambda x: x), device, dtype
 
 
-def main(argv=None) -> int:
-    import torch
-
-    from bench.conv_gflops import cpu_model
-    from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
-    from fedmpi.config import load_config
-    from fedmpi.data import open_training_set, prepare_training_set
-    from fedmpi.models.backbone import build_backbone
-
+def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.hard_negatives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", type=int, default=600, help="the party's images (x 20 per identity)")
@@ -69,7 +61,19 @@ def main(argv=None) -> int:
     parser.add_argument("--paper-backbone", default="ir50", help="FedFR used SphereFace-64; IR-50 is near it in cost")
     parser.add_argument("--public-per-identity", type=float, default=68.0)
     parser.add_argument("--data", default=None, help="data.root for the synthetic sets (default: a temporary folder)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from bench.conv_gflops import cpu_model
+    from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
+    from fedmpi.config import load_config
+    from fedmpi.data import open_training_set, prepare_training_set
+    from fedmpi.models.backbone import build_backbone
+
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     root = args.data or tempfile.mkdtemp(prefix="bench-hn-")
     cfg = load_config(None, [f"data.root={root}", f"data.image_size={args.image_size}", "fed.algorithm=fedfr",
