@@ -1,6 +1,6 @@
-"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/fedfr/hard_negatives.py), what it costs per
-round: one no-grad, eval-mode forward over the party's and the public images and the best cosine of each public
-image. Prints figures, asserts nothing.
+"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/fedfr/hard_negatives.py), what it
+costs per round: one no-grad, eval-mode forward over the party's and the public images and the best cosine of
+each public image. Prints figures, asserts nothing.
 
 Measured here: the pass itself on synthetic sets written in the real formats (RecordIO, read and decoded by the
 real readers) at a CPU scale (--local, --public images), its seconds and the rise of the process's peak resident

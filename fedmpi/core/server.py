@@ -112,7 +112,8 @@ class Server:
         """The round's w (the side work's, or the weights the parties sent), then the server step: check,
         aggregate, server update."""
         exchange, rows = self.exchange, self.exchange.rows
-        self.w = exchange.weights(self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel]))
+        side_w = self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel])
+        self.w = exchange.weights(side_w)
         self.step(exchange, self.w, exchange.participation)
         if self.influence:
             self.influence.measure(r, rows, self.step.combination)

@@ -1,6 +1,6 @@
 """What a silo trainer rank hands its method's local objective (algorithms/objective.py): its batch streams, the
-party's collectives (silo/party_comm.py), the public set (data.public) and its classifier rows (model.init_classifier), frozen copies of the
-backbone, the party's group and place."""
+party's collectives (silo/party_comm.py), the public set (data.public) and its classifier rows
+(model.init_classifier), frozen copies of the backbone."""
 from __future__ import annotations
 
 import torch

@@ -28,7 +28,8 @@ class PartyParts:
         o = self.cfg.optim
         self.public = open_public(self.cfg) if self.training.public_identities else None
         self.classifier_seed = self.cfg.run.seed + 1 + self.party.index
-        self.classifier = self._build_classifier(self.public.num_classes if self.public is not None else 0).to(self.device)
+        extra_classes = self.public.num_classes if self.public is not None else 0
+        self.classifier = self._build_classifier(extra_classes).to(self.device)
         self.forward = self.speed.compiled(self.model)
         self.loss = self.speed.compiled(self.classifier) if self.groups.party is None else self.classifier
         self.classifier_opt = MomentumSGD(self.classifier.parameters(), lr=o.lr, momentum=o.momentum,
