@@ -1,6 +1,6 @@
-"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/hard_negatives.py), what it costs per
-round: one no-grad, eval-mode forward over the party's and the public images and the best cosine of each public
-image. Prints figures, asserts nothing.
+"""Benchmark: FedFR's hard-negative pass on one party rank (fedmpi/algorithms/fedfr/hard_negatives.py), what it
+costs per round: one no-grad, eval-mode forward over the party's and the public images and the best cosine of
+each public image. Prints figures, asserts nothing.
 
 Measured here: the pass itself on synthetic sets written in the real formats (RecordIO, read and decoded by the
 real readers) at a CPU scale (--local, --public images), its seconds and the rise of the process's peak resident
@@ -41,19 +41,13 @@ class OneRank:
     """The PartyTraining fields the pass reads, for a party of one rank."""
 
     def __init__(self, batch, device, dtype):
-        self.rank, self.ranks, self.group, self.eval_batch = 0, 1, None, batch
+        from fedmpi.silo.party_comm import PartyCollectives
+
+        self.collectives, self.eval_batch = PartyCollectives(None, 0, 1, 0), batch
         self.prepare_images, self.device, self.dtype = (lambda x: x), device, dtype
 
 
-def main(argv=None) -> int:
-    import torch
-
-    from bench.conv_gflops import cpu_model
-    from fedmpi.algorithms.hard_negatives import hard_negative_pass
-    from fedmpi.config import load_config
-    from fedmpi.data import open_training_set, prepare_training_set
-    from fedmpi.models.backbone import build_backbone
-
+def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.hard_negatives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", type=int, default=600, help="the party's images (x 20 per identity)")
@@ -67,7 +61,19 @@ def main(argv=None) -> int:
     parser.add_argument("--paper-backbone", default="ir50", help="FedFR used SphereFace-64; IR-50 is near it in cost")
     parser.add_argument("--public-per-identity", type=float, default=68.0)
     parser.add_argument("--data", default=None, help="data.root for the synthetic sets (default: a temporary folder)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from bench.conv_gflops import cpu_model
+    from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
+    from fedmpi.config import load_config
+    from fedmpi.data import open_training_set, prepare_training_set
+    from fedmpi.models.backbone import build_backbone
+
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     root = args.data or tempfile.mkdtemp(prefix="bench-hn-")
     cfg = load_config(None, [f"data.root={root}", f"data.image_size={args.image_size}", "fed.algorithm=fedfr",

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedmpi.algorithms.base import Algorithm
+from fedmpi.algorithms.objective import LocalTraining
 from fedmpi.algorithms.registry import rule
 from fedmpi.analysis.sweep_index import read_index
 from jobs.fedface_study import Scale, scale_overrides
@@ -187,14 +187,14 @@ def many_spec(scale: FRScale, key: str, seed: int, start: tuple[str, str]) -> Ru
     config, base = SETTINGS[LAYOUTS["many"]]
     algorithm = rule(next(o.split("=", 1)[1] for o in m.overrides if o.startswith("fed.algorithm=")))
     # a rule with a local objective sets its round's length itself (FedFR's epochs): one "step" a round here
-    own_rounds = algorithm.local_objective is not Algorithm.local_objective
+    own_rounds = algorithm.training is not LocalTraining
     rounds = (["fed.K=1", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds}", *many.fedfr] if own_rounds
               else [f"fed.K={many.K}", "optim.epochs=1", f"optim.steps_per_epoch={many.rounds * many.K}"])
     parties = [o for name in _party_names(config)
                for o in (f"parties.{name}.ranks=1", f"parties.{name}.data.identities={many.identities[0]}",
                          f"parties.{name}.data.images_per_identity={many.identities[1]}")]
     own_start = [f"model.init={start[0]}"]
-    if algorithm.public_identities:     # it trains over the public identities too: their set and pretrained rows
+    if algorithm.training.public_identities:     # it trains over the public identities too: their set and pretrained rows
         own_start += [f"model.init_classifier={start[1]}", "data.public.kind=synthetic",
                       f"data.public.identities={many.public[0]}", f"data.public.images_per_identity={many.public[1]}"]
     # the method's own overrides last: they may change its round length

@@ -9,20 +9,10 @@
                  server_update(theta, mean, state)        Θ from Σ w_i θ_i (and the up payloads' weighted
                                                           means), in place; down payloads live in state
 
-  a party's own local training (a rule with a local objective; algorithms/objective.py, FedFR)
-                 local_objective(party)                   the objective a party's trainer ranks train: its loss
-                                                          beside the margin head's, its parameters, the round's
-                                                          data and length, the party's state it keeps
-                 weighs_parties                           the party's upload comes with its weight (the
-                                                          objective's), which replaces w (FedFR: |D_k ∪ H_k|)
-
-  class embeddings (a rule with `class_payload`; fedmpi/silo/classes.py moves them, docs/BASELINES.md)
-                 class_due(r)                             whether they travel in round r
-  "rows"         class_step(W, bounds, lr, state)         the server's step on the stacked W = [W_1; ...; W_P]
-                                                          (in place); each party gets its rows back
-  "summary"      summarise(W_k, out, r, party, state)     the party leader's summary of its gathered W_k
-                 relay(uploads, replies, r, state)        the server's relay: each party's reply from the others'
-                                                          summaries, kept by the party as extra negatives
+A method is this backbone rule with two more parts, each a class with a default that does nothing new
+(method.py composes them; the trainer and the server call every part of every method):
+  classes    class_parts.ClassPart      what a party's classifier contributes beyond θ (nothing; its rows; a summary)
+  training   objective.LocalTraining    how a party trains a round (the margin head for fed.K steps; FedFR's)
 
 `up` / `down` name the extra payloads a rule moves besides θ_i and Θ, each of the size of the trainable
 parameters; the roles pack them after the backbone in one flat buffer. `client_state` / `global_state` name
@@ -44,6 +34,8 @@ if TYPE_CHECKING:
     import torch
 
 from fedmpi.aggregation.aggregators import WeightedMean
+from fedmpi.algorithms.class_parts import ClassPart
+from fedmpi.algorithms.objective import LocalTraining
 from fedmpi.algorithms.server_optim import ServerOptimizer
 
 
@@ -68,46 +60,42 @@ class LocalRound:
 
 class Algorithm:
     name: ClassVar[str] = "base"
+    label: ClassVar[str] = "base"                    # its name in tables and figures (analysis/methods.py)
+    colour: ClassVar[str] = "#7f7f7f"
     Options: ClassVar[type] = NoOptions      # the fed.options section
     server_optimizer: ClassVar[str] = "sgd"  # what fed.server.optimizer=auto means for this rule
     fixed_server_optimizer: ClassVar[bool] = False   # True: fed.server.optimizer may not name another one
     up: ClassVar[tuple[str, ...]] = ()
     down: ClassVar[tuple[str, ...]] = ()
     client_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that follow a client across rounds
+    # what the memory check counts before torch (memory/model.py): the trainer state's tensors of n values besides
+    # local momentum, and the server state's under the rule's own server optimizer
+    trainer_tensors: ClassVar[int] = 0
+    server_tensors: ClassVar[int] = 0
     global_state: ClassVar[tuple[str, ...]] = ()     # trainer-state keys that on_global rebuilds from Θ
     aggregator: ClassVar[type] = WeightedMean        # how the server combines the uploads (fedmpi/aggregation)
     # The local optimizer of the rule's paper: the heavy-ball momentum of its local SGD (0.0: plain SGD), what
     # fed.local_momentum is when a config leaves it empty. None: the rule's local step carries a momentum of its
     # own (PFM's M, MIME-lite's server momentum) and does not read fed.local_momentum.
     local_momentum_default: ClassVar[float | None] = 0.0
-    # What of a party's class embeddings W_k leaves it: "" nothing (FedFace's invariant: the classifier never leaves
-    # its party); "rows" W_k itself, to the server, which corrects the stacked rows and sends each party its own back
-    # (FedAwS, FedGC); "summary" a summary the party's leader makes of W_k, which the server relays to the other
-    # parties (PrivacyFace's DP clusters). Chosen by the rule alone; printed at a run's start and kept in its log.
-    class_payload: ClassVar[str] = ""
-    class_columns: ClassVar[dict] = {}              # the log's `classes` table: what class_step / relay return
+    classes: ClassVar = ClassPart                    # the class part (an instance of it on a rule)
+    training: ClassVar = LocalTraining               # the local training part
     # Whether the local step may run on a cohort's parameters stacked along a leading client dimension
     # (crossdevice/cohort.py): its arithmetic element by element, Θ and the down payloads broadcast over the
     # clients. False for a rule that reshapes what it reads (PFM's flat M).
     cohort_vectorisable: ClassVar[bool] = True
-    # True: the rule trains over data.public's identities as well (its parties' classifiers hold their rows, from
-    # model.init_classifier): FedFR
-    public_identities: ClassVar[bool] = False
-    # True: each party's leader sends the weight its local objective gives with its upload, and the server's w is
-    # those weights normalised (FedFR: the combined-set sizes); the config refuses FV beside it
-    weighs_parties: ClassVar[bool] = False
-    # True: each round's local steps start from zero momentum, a new local optimizer per round (FedFR's clients):
-    # the backbone's, the classifier's and the local objective's
-    fresh_local_optimizer: ClassVar[bool] = False
-    # the per-party numbers of a round the local objective reports (the log's `local` table, one [P] column each)
-    party_columns: ClassVar[tuple[str, ...]] = ()
-
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
                  server: ServerOptimizer | None = None):
         self.options = options if options is not None else self.Options()
         self.weight_decay = weight_decay
         self.local_momentum = local_momentum
         self.server = server if server is not None else ServerOptimizer.build("sgd")
+        self.classes = ClassPart(self.options)
+
+    def composed(self, name: str, classes: ClassPart, training: type[LocalTraining]) -> "Algorithm":
+        """This backbone rule as the method `name` with these parts (method.Method builds it)."""
+        self.name, self.classes, self.training = name, classes, training
+        return self
 
     @classmethod
     def from_config(cls, cfg, options, server: ServerOptimizer) -> "Algorithm":
@@ -135,11 +123,6 @@ class Algorithm:
     def end_round(self, params: list[torch.Tensor], rnd: LocalRound, state: dict) -> None:
         """After the K local steps: fill rnd.up."""
 
-    def local_objective(self, party):
-        """The party's own local training (algorithms/objective.py: a LocalObjective built from the trainer's
-        PartyTraining), or None: the margin head over the party's identities for fed.K steps a round."""
-        return None
-
     def on_global(self, previous: torch.Tensor, new: torch.Tensor, lr: float, state: dict) -> None:
         """Called on every trainer after a round with the previous and new global parameters (flat)."""
 
@@ -155,51 +138,21 @@ class Algorithm:
     @property
     def leaves_party(self) -> str:
         """What crosses from a party to the server, in words (printed at start, kept in the log)."""
-        what = ["backbone", *self.up]
-        if self.weighs_parties:
-            what.append("its aggregation weight")
-        if self.class_payload == "rows":
-            what.append("class embeddings")
-        elif self.class_payload == "summary":
-            what.append("differentially private clusters of the class embeddings")
-        return ", ".join(what)
-
-    # ---- class embeddings (rules with class_payload)
-    def class_due(self, r: int) -> bool:
-        """Whether the class payload travels in round r (0-based)."""
-        return bool(self.class_payload)
-
-    def summary_shape(self, d: int) -> tuple[int, int]:
-        """"summary": the [rows, columns] a party's summary of its d-dimensional class embeddings takes."""
-        raise NotImplementedError
-
-    def summarise(self, W: torch.Tensor, out: torch.Tensor, r: int, party: int, state: dict) -> None:
-        """"summary": on the party's leader, fill `out` from the party's gathered class embeddings W [n_k, d]."""
-        raise NotImplementedError
-
-    def class_step(self, W: torch.Tensor, bounds: list[tuple[int, int]], lr: float, r: int, state: dict) -> dict:
-        """"rows": the server's step on the stacked class embeddings W [C, d], party k's rows W[bounds[k]], in
-        place; lr: the round's learning rate. Returns the round's row of the log's `classes` table."""
-        raise NotImplementedError
-
-    def relay(self, uploads: torch.Tensor, replies: torch.Tensor, r: int, state: dict) -> dict:
-        """"summary": each party's reply [P, (P-1) rows, columns] from the summaries [P, rows, columns]. Returns the
-        round's row of the log's `classes` table."""
-        raise NotImplementedError
-
-    def class_note(self, state: dict) -> str:
-        """The end of the round's progress line (PrivacyFace: the ε spent so far), or ''."""
-        return ""
-
-    def class_summary(self, state: dict) -> str:
-        """A line for the run's closing summary, or ''."""
-        return ""
+        what = ["backbone", *self.up, "its aggregation weight" if self.training.weighs_parties else "",
+                self.classes.leaves]
+        return ", ".join(w for w in what if w)
 
     # ---- server side
     def init_server_state(self, theta: torch.Tensor, down: dict[str, torch.Tensor] | None = None) -> dict:
         """The server optimizer's state; rules with down payloads keep them (views into the global payload,
         zero at the start) in this dict, so that a checkpoint restores what the trainers are sent."""
         return self.server.init(theta)
+
+    @classmethod
+    def averages_at_server(cls) -> bool:
+        """server_averages under the rule's own server optimizer, from the class alone (the memory check)."""
+        return (not cls.up and not cls.down and cls.server_optimizer == "sgd"
+                and cls.server_update is Algorithm.server_update)
 
     @property
     def server_averages(self) -> bool:

@@ -2,11 +2,10 @@
 on Δ = Θ − Σ_i w_i θ_i (fedmpi/algorithms/server_optim.py; fed.server.lr, beta1, tau)."""
 from __future__ import annotations
 
-from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.algorithms.fedopt import FedOpt
 
 
-class FedAdagrad(FedAvg):
+class FedAdagrad(FedOpt):
     name = "fedadagrad"
+    label, colour = "FedAdagrad", "#843c39"     # in tables and figures (analysis/methods.py)
     server_optimizer = "adagrad"
-    local_momentum_default = 0.0     # Reddi et al. 2021 (FedOpt): the clients' optimizer is plain SGD
-    fixed_server_optimizer = True

@@ -7,4 +7,5 @@ from fedmpi.algorithms.base import Algorithm
 
 class FedAvg(Algorithm):
     name = "fedavg"
+    label, colour = "FedAvg", "#1f77b4"     # in tables and figures (analysis/methods.py)
     local_momentum_default = 0.0     # plain SGD on the clients (McMahan et al. 2017; Hsu et al. 2019's Alg.)

@@ -7,6 +7,8 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class FedAvgM(FedAvg):
     name = "fedavgm"
+    label, colour = "FedAvgM", "#9467bd"     # in tables and figures (analysis/methods.py)
     local_momentum_default = 0.0     # Hsu et al. 2019: plain SGD on the clients, the momentum on the server
     server_optimizer = "momentum"
     fixed_server_optimizer = True
+    server_tensors = 1               # the server's momentum

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.algorithms.class_rules import ClassEmbeddingRule, RowRuleOptions
+from fedmpi.algorithms.class_parts import RowsPart
+from fedmpi.algorithms.class_rules import RowRuleOptions
+from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
 MODES = {"paper": None, "fedfr": {"steps": 20, "momentum": 0.9, "lr_scale": 10.0, "weight_decay": 5e-4}}
@@ -35,16 +37,17 @@ class FedAwSOptions(RowRuleOptions):
         return MODES[self.mode] or {"steps": 1, "momentum": 0.0, "lr_scale": self.lr_scale, "weight_decay": 0.0}
 
 
-class FedAwS(ClassEmbeddingRule):
-    name = "fedaws"
-    Options = FedAwSOptions
-    class_payload = "rows"
-    class_columns = {"round": ((), "i8"), "spreadout": ((), "f8")}   # L before the round's step
+class Spreadout(RowsPart):
+    """The server's spreadout step on the stacked rows."""
+    columns = {"round": ((), "i8"), "spreadout": ((), "f8")}   # L before the round's step
 
-    def class_step(self, W, bounds, lr, r, state):
+    def step(self, W, bounds, lr, r, state):
         from fedmpi.algorithms.spreadout import spreadout_step
 
         o, s = self.options, self.options.schedule()
         loss = spreadout_step(W, s["lr_scale"] * lr, o.tau, o.top_k, steps=s["steps"], momentum=s["momentum"],
                               weight_decay=s["weight_decay"], block=o.block_rows)
         return {"spreadout": loss}
+
+
+FedAwS = Method("fedaws", "FedAwS", "#e377c2", FedAwSOptions, classes=Spreadout)

@@ -30,9 +30,11 @@ class FedDynOptions:
 
 class FedDyn(FedAvg):
     name = "feddyn"
+    label, colour = "FedDyn", "#17becf"     # in tables and figures (analysis/methods.py)
     Options = FedDynOptions
     fixed_server_optimizer = True    # sgd: the server step is FedDyn's own
     client_state = ("linear",)       # λ_k: the client's own, across the rounds it takes part in
+    trainer_tensors, server_tensors = 1, 1
     local_momentum_default = 0.0     # Acar et al. 2021: plain SGD on the regularised local objective
 
     def init_trainer_state(self, params):

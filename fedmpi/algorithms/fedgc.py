@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.algorithms.class_rules import ClassEmbeddingRule, RowRuleOptions
+from fedmpi.algorithms.class_parts import RowsPart
+from fedmpi.algorithms.class_rules import RowRuleOptions
+from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
 ANCHORS = ("fixed", "moving")
@@ -28,24 +30,20 @@ class FedGCOptions(RowRuleOptions):
             raise ConfigError(f"fed.options.scale: must be >= 0 (0: model.scale), got {self.scale}")
 
 
-class FedGC(ClassEmbeddingRule):
-    name = "fedgc"
-    Options = FedGCOptions
-    class_payload = "rows"
-    class_columns = {"round": ((), "i8"), "reg": ((), "f8")}        # Reg(W) before the round's step
+class CrossClientCorrection(RowsPart):
+    """The server's gradient-correction step on the stacked rows (s: fed.options.scale, else model.scale)."""
+    columns = {"round": ((), "i8"), "reg": ((), "f8")}        # Reg(W) before the round's step
 
-    def __init__(self, options=None, *, head_scale: float = 64.0, **kw):
-        super().__init__(options, **kw)
-        self.scale = self.options.scale or head_scale
+    def __init__(self, options=None, *, head_scale: float = 64.0):
+        super().__init__(options)
+        self.scale = options.scale or head_scale
 
-    @classmethod
-    def from_config(cls, cfg, options, server):
-        return cls(options, head_scale=cfg.model.scale, momentum=cfg.optim.momentum,
-                   weight_decay=cfg.optim.weight_decay, local_momentum=cfg.fed.local_momentum or 0.0, server=server)
-
-    def class_step(self, W, bounds, lr, r, state):
+    def step(self, W, bounds, lr, r, state):
         from fedmpi.algorithms.gradient_correction import correction_step
 
         o = self.options
         reg = correction_step(W, bounds, o.lr_scale * lr, self.scale, o.block_rows, o.anchors == "moving")
         return {"reg": reg}
+
+
+FedGC = Method("fedgc", "FedGC", "#d62728", FedGCOptions, classes=CrossClientCorrection)

@@ -24,6 +24,7 @@ class FedProxOptions:
 
 class FedProx(FedAvg):
     name = "fedprox"
+    label, colour = "FedProx", "#2ca02c"     # in tables and figures (analysis/methods.py)
     Options = FedProxOptions
     local_momentum_default = 0.0     # Li et al. 2020: plain SGD on the proximal local objective
 

@@ -38,10 +38,12 @@ class MimeLiteOptions:
 
 class MimeLite(Algorithm):
     name = "mime_lite"
+    label, colour = "MIME-lite", "#bcbd22"     # in tables and figures (analysis/methods.py)
     Options = MimeLiteOptions
     fixed_server_optimizer = True    # sgd: the momentum is MIME's own
     up = ("gradient",)
     down = ("momentum",)
+    server_tensors = 1
     local_momentum_default = None    # the local step applies the server's momentum (fed.options.momentum)
 
     def init_trainer_state(self, params):

@@ -1,32 +1,34 @@
-"""The seam a rule's own local training plugs into (FedFR): `Algorithm.local_objective(party)` returns a
-LocalObjective, which a silo party's trainer ranks then train instead of the margin head alone for fed.K steps.
+"""A method's local training part: how a party's trainer ranks train a round. `LocalTraining` is the part as the
+registry composes it (its facts, read by the config, the memory check and the trainer, and `objective`, which
+builds the runtime objective on each trainer rank); the default is the margin head over the party's identities
+for fed.K steps a round from the party's one stream of batches. FedFR's is its own (algorithms/fedfr/).
 
-The trainer (silo/trainer.py) keeps what every rule shares: the backbone and its party-mean gradient, the party's
-margin classifier (sharded or replicated; over the public identities' rows too for a rule with
-`public_identities`), the rule's backbone step,
-the exchange, checkpoints. The objective adds, each round and each step:
+The trainer (silo/trainer.py) keeps what every method shares: the backbone and its party-mean gradient, the party's
+margin classifier (sharded or replicated; over the public identities' rows too where `public_identities`), the
+backbone rule's step, the exchange, checkpoints. It calls every hook of the objective, each round and each step:
 
-  begin_round(r, lr) -> RoundData   after the global Θ arrived: the round's training set, its steps and stream
+  start(r)                          the round the trainer starts at (after a resume too)
+  begin_round(r, lr) -> RoundData   after the global Θ arrived: the round's batches and its number of steps
   lr(step)                          the learning rate of the round's local step (backbone, classifier, its own)
   loss(images, f, labels, head)     the step's loss from the margin head's (`head`) and the embeddings f
   parameters()                      trained beside the backbone and the classifier (the classifier's momentum
                                     SGD, weight decay and lr), replicated on the party's ranks: the trainer makes
                                     their gradients the party's mean, as the backbone's
   end_round(r)                      after the round's steps, before the upload
-  weight()                          the party's weight of the round (a rule with `weighs_parties`)
+  weight()                          the party's weight of the round (a part that `weighs_parties`)
   personal(f)                       the party's personal features from the backbone's (the personalised
                                     evaluation), f itself by default
   state()                           the party's state it keeps across rounds, as tensors it updates in place:
                                     checkpointed by the leader with the rule's trainer state, restored on every
                                     rank of the party (on another rank count too), never uploaded
-  columns()                         the round's numbers for the log's `local` table (Algorithm.party_columns)
+  columns()                         the round's numbers for the log's `local` table (LocalTraining.columns)
 
-The objective is built once per trainer rank, after the trainer's classifier (whose rows it may write). No MPI
-beyond the party's group it is given; torch only."""
+The objective is built once per trainer rank, after the trainer's classifier (whose rows it may write). Its
+collectives are the party's (PartyTraining.collectives, silo/party_comm.py); torch only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 
 @dataclass
@@ -42,14 +44,15 @@ class PartyTraining:
     public_classifier: Any           # model.init_classifier's rows [public classes, d] (float64, CPU), or None
     classifier: Any                  # the party's margin classifier (this rank's rows [class_start, class_end))
     classifier_seed: int             # the seed of its initial rows (models/class_centres.py)
-    group: Any                       # the party's process group (None: one rank)
-    rank: int                        # this rank's place in the party
-    ranks: int                       # the party's rank count
-    leader: int                      # the party leader's global rank (whose model the party uploads)
+    collectives: Any                 # the party's collectives (silo/party_comm.py: rank, ranks, gather_rows,
+                                     # broadcast from the leader)
     party_index: int
     batch_size: int                  # images per rank and step
     eval_batch: int                  # images per forward of a no-grad pass
     seed: int                        # run.seed
+    K: int                           # fed.K, the default round's local steps
+    stream: Callable                 # stream(dataset, start_step, seed=None, steps_per_pass=0): this rank's
+                                     # batches of a set (the party's own stream where seed is None)
     prepare_images: Callable         # the trainer's image layout for its backbone (channels_last)
     device: Any
     dtype: Any
@@ -57,18 +60,15 @@ class PartyTraining:
     @property
     def party_batch(self) -> int:
         """Images per party step: what a pass over a set of N images is cut into (floor(N / party_batch) steps)."""
-        return self.batch_size * self.ranks
+        return self.batch_size * self.collectives.ranks
 
 
 @dataclass
 class RoundData:
-    """The round's training: `dataset` (labels in the classifier's rows), `steps` local steps, the stream's
-    `seed` and its `steps_per_pass` (passes of floor(N / party batch) steps, the rest of a pass dropped: a shuffled
-    DataLoader's drop_last)."""
-    dataset: Any
+    """The round's training: `steps` local steps over `batches` (this rank's (images, labels), labels in the
+    classifier's rows)."""
+    batches: Any
     steps: int
-    steps_per_pass: int
-    seed: int
 
 
 class FrozenBackbone:
@@ -91,16 +91,26 @@ class FrozenBackbone:
 
 
 class LocalObjective:
-    """The defaults: no parameters of its own, the personal model the backbone itself."""
+    """The default: the margin head over the party's identities, fed.K steps a round from the party's one stream
+    (resumable at any step), no parameters or state of its own, the personal model the backbone itself."""
+
+    def __init__(self, options, party: PartyTraining):
+        self.party = party
+        self._lr = 0.0
+        self._round = RoundData(iter(()), party.K)
+
+    def start(self, r: int) -> None:
+        self._round.batches = self.party.stream(self.party.dataset, r * self.party.K)
 
     def state(self) -> dict:
         return {}
 
     def begin_round(self, r: int, lr: float) -> RoundData:
-        raise NotImplementedError
+        self._lr = lr
+        return self._round
 
     def lr(self, step: int) -> float:
-        raise NotImplementedError
+        return self._lr
 
     def loss(self, images, embeddings, labels, head_loss):
         return head_loss
@@ -112,10 +122,26 @@ class LocalObjective:
         pass
 
     def weight(self) -> float:
-        raise NotImplementedError
+        return 1.0
 
     def personal(self, embeddings):
         return embeddings
 
     def columns(self) -> dict:
         return {}
+
+
+class LocalTraining:
+    """The part as the registry composes it: the default local training, and the facts a method's own declares."""
+    public_identities: ClassVar[bool] = False   # it trains over data.public's identities too (the party's
+                                                # classifier holds their rows after its own, model.init_classifier)
+    weighs_parties: ClassVar[bool] = False      # each party's leader sends objective.weight() with its upload, and
+                                                # the server's w is those weights normalised (the config refuses FV)
+    fresh_optimizer: ClassVar[bool] = False     # each round's local steps start from zero momentum: a new local
+                                                # optimizer per round (backbone's, classifier's, its own)
+    columns: ClassVar[tuple[str, ...]] = ()     # the per-party numbers of a round (the log's `local` table)
+    kept_states: ClassVar[int] = 0              # flat states of D values it keeps on every trainer rank (memory)
+
+    @staticmethod
+    def objective(options, party: PartyTraining) -> LocalObjective:
+        return LocalObjective(options, party)

@@ -19,7 +19,9 @@ from fedmpi.algorithms.base import Algorithm, add_weight_decay, views
 class PFM(Algorithm):
     """β is optim.momentum (the paper uses one β for the classifier, eq. 1-2, and the global momentum)."""
     name = "pfm"
+    label, colour = "PFM", "#ff7f0e"     # in tables and figures (analysis/methods.py)
     global_state = ("global_momentum",)   # M is a function of the global models (eq. 6): one per trainer
+    trainer_tensors = 1
     local_momentum_default = None         # eq. 3: the local step applies beta M / K (beta = optim.momentum)
     cohort_vectorisable = False           # M's parameter-shaped views are of one model's shapes
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.algorithms.class_rules import ClassEmbeddingRule, ClassRuleOptions
+from fedmpi.algorithms.class_parts import SummaryPart
+from fedmpi.algorithms.class_rules import ClassRuleOptions
+from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
 SELECTIONS = ("exponential", "noisy_max")
@@ -52,15 +54,14 @@ class PrivacyFaceOptions(ClassRuleOptions):
         return Budget(self.clusters, self.epsilon_select, self.epsilon_count, self.epsilon_sum, self.delta)
 
 
-class PrivacyFace(ClassEmbeddingRule):
-    name = "privacyface"
-    Options = PrivacyFaceOptions
-    class_payload = "summary"
-    class_columns = {"round": ((), "i8"), "releases": ((), "i8"), "released": ((), "i8"),
+class PrivateClusters(SummaryPart):
+    """Each party's differentially private clusters of W_k, relayed to the other parties."""
+    leaves = "differentially private clusters of the class embeddings"
+    columns = {"round": ((), "i8"), "releases": ((), "i8"), "released": ((), "i8"),
                      "epsilon_release": ((), "f8"), "delta_release": ((), "f8"), "epsilon": ((), "f8"),
                      "delta": ((), "f8"), "noise_std": ((), "f8")}
 
-    def class_due(self, r):
+    def due(self, r):
         return (r + 1) % self.options.release_every == 0
 
     def summary_shape(self, d):
@@ -77,10 +78,10 @@ class PrivacyFace(ClassEmbeddingRule):
         cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates, min_count=o.min_count,
                 selection=o.selection, rng=generator(o.seed, party, release))
 
-    def init_server_state(self, theta, down=None):
+    def server_state(self):
         import torch
 
-        return {**super().init_server_state(theta, down), "releases": torch.zeros((), dtype=torch.int64)}
+        return {"releases": torch.zeros((), dtype=torch.int64)}
 
     def relay(self, uploads, replies, r, state):
         """Party k's reply: the other parties' summaries in party order."""
@@ -98,12 +99,15 @@ class PrivacyFace(ClassEmbeddingRule):
                 "epsilon_release": o.budget.epsilon, "delta_release": o.budget.release_delta, "epsilon": epsilon,
                 "delta": delta, "noise_std": gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)}
 
-    def class_note(self, state):
+    def note(self, state):
         return f"clusters eps {self.options.budget.spent(int(state['releases']))[0]:.3g}"
 
-    def class_summary(self, state):
+    def summary(self, state):
         o, releases = self.options, int(state["releases"])
         epsilon, delta = o.budget.spent(releases)
         return (f"  privacy of the clusters: epsilon {epsilon:.4g} at delta {delta:.3g} ({releases} releases of "
                 f"{o.clusters} cluster(s) per party, each release ({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})"
                 f"-DP by basic composition)\n")
+
+
+PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, classes=PrivateClusters)

@@ -22,7 +22,7 @@ RULES = {
     "fedaws": "fedmpi.algorithms.fedaws:FedAwS",
     "fedgc": "fedmpi.algorithms.fedgc:FedGC",
     "privacyface": "fedmpi.algorithms.privacyface:PrivacyFace",
-    "fedfr": "fedmpi.algorithms.fedfr:FedFR",
+    "fedfr": "fedmpi.algorithms.fedfr.rule:FedFR",
 }
 
 # The rules each reproduced paper compares, its baseline first: FedFace (FedAvg, PFM; FedFace = PFM + FV) and

@@ -20,9 +20,11 @@ from fedmpi.algorithms.fedavg import FedAvg
 
 class Scaffold(FedAvg):
     name = "scaffold"
+    label, colour = "SCAFFOLD", "#8c564b"     # in tables and figures (analysis/methods.py)
     up = ("control_delta",)
     down = ("control",)
     client_state = ("control",)      # c_i: the client's own, across the rounds it takes part in
+    trainer_tensors, server_tensors = 1, 1
     local_momentum_default = 0.0     # option II: y <- y - eta_l (g - c_i + c), plain SGD
 
     def init_trainer_state(self, params):

@@ -3,26 +3,13 @@ settings (fedmpi/algorithms/registry.py): a run's method is its rule's label (or
 when it ran Federated Validation, marked ' moving-norm' when FV used the Moving Norm."""
 from __future__ import annotations
 
-from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, method_key
+from fedmpi.algorithms.registry import PAPERS, RULES, SINGLE_PARTY_SETTINGS, method_key, rule
 
 FV_SUFFIX = "+FV"
 UNKNOWN_COLOR = "#7f7f7f"
-# (label, colour) of every registered rule and baseline setting; tests/mpi/test_analysis.py fails on a rule without one.
+# (label, colour) of every registered rule (what it declares) and baseline setting
 LABELS = {
-    "fedavg": ("FedAvg", "#1f77b4"),
-    "fedavgm": ("FedAvgM", "#9467bd"),
-    "pfm": ("PFM", "#ff7f0e"),
-    "fedprox": ("FedProx", "#2ca02c"),
-    "scaffold": ("SCAFFOLD", "#8c564b"),
-    "fedadam": ("FedAdam", "#393b79"),
-    "fedyogi": ("FedYogi", "#637939"),
-    "fedadagrad": ("FedAdagrad", "#843c39"),
-    "mime_lite": ("MIME-lite", "#bcbd22"),
-    "feddyn": ("FedDyn", "#17becf"),
-    "fedaws": ("FedAwS", "#e377c2"),
-    "fedgc": ("FedGC", "#d62728"),
-    "privacyface": ("PrivacyFace", "#2f4b7c"),
-    "fedfr": ("FedFR", "#8c6d31"),
+    **{name: (rule(name).label, rule(name).colour) for name in RULES},
     "centralized": ("Centralized", "#000000"),
     "solo": ("Solo", UNKNOWN_COLOR),
 }

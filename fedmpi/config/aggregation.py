@@ -120,7 +120,7 @@ def refusal(cfg, rule) -> str:
     if fv_runs(cfg):
         return ("Federated Validation scores every party's unclipped, un-noised theta_i on the validators, "
                 "which is what DP protects: set fv.enabled=false")
-    if rule.class_payload == "rows":
+    if rule.classes.rows_to_server:
         return (f"{rule.name} uploads every party's class embeddings W_k, which DP-FedAvg neither clips nor noises "
                 f"(it protects the backbone update): use fed.dp with a rule whose class embeddings stay with their "
                 f"party (privacyface's clusters have their own DP)")

@@ -126,7 +126,7 @@ class PublicData:
             if self.kind == "synthetic" and held:
                 fail(f"parties.{held[0]}.data.style", "public: the party would hold data.public's synthetic "
                                                       "identities, which must be no party's own")
-            if not algorithm_class(cfg).public_identities:
+            if not algorithm_class(cfg).training.public_identities:
                 fail("data.public.kind", f"the public set is read by a rule that trains over its identities too "
                                          f"(fedfr); fed.algorithm={cfg.fed.algorithm} does not (leave it empty)")
 

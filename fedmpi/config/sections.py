@@ -39,7 +39,7 @@ class ModelConfig:
         if self.init and cfg.cross_device:
             fail("model.init", "starts the silo parties' IResNet; the cross-device clients train a CIFAR CNN")
         if self.init_classifier:
-            if not algorithm_class(cfg).public_identities:
+            if not algorithm_class(cfg).training.public_identities:
                 fail("model.init_classifier", f"holds the public identities' rows, which only a rule training over "
                                               f"them reads (fedfr); fed.algorithm={cfg.fed.algorithm} does not")
             if not cfg.data.public.kind:

@@ -32,7 +32,6 @@ def round_statistics(r: int) -> str:
 class Exchange(Protocol):
     """Where a round's uploads come from and where the global payload goes (server side)."""
     participation: float      # fraction of all clients that took part this round (SCAFFOLD's |S|/N)
-    party_weights: np.ndarray | None   # [P] after wait: the weights the parties sent (a rule with weighs_parties)
     gives_uploads: bool       # `rows` holds every upload (else the exchange sums them on the way)
     rows: torch.Tensor | None  # [P, D_up] uploads of the last completed round, party by party
     upload_names: list[str]   # the round's uploads as messages name them (the parties; the sampled clients)
@@ -41,6 +40,8 @@ class Exchange(Protocol):
     def is_complete(self) -> bool: ...
     def wait(self) -> None: ...
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor: ...   # Σ w_i u_i into out [D_up]
+    def weights(self, w: torch.Tensor | None) -> torch.Tensor | None: ...  # the round's w: the side work's, or
+                                                                           # the weights the parties sent
     def send(self, down: torch.Tensor) -> None: ...                # the global payload to every trainer
     def round_stats(self, r: int) -> RoundStats: ...
     def bytes_per_round(self) -> dict[str, int]: ...               # {"up", "down", "intra"}
@@ -80,6 +81,26 @@ class Setting(Protocol):
     def side_work(self, log) -> SideWork: ...
     # built after the side work: it keeps `kept` earlier rounds' uploads that the side work still reads
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> Exchange: ...
-    # asked only for a rule with a class payload (Algorithm.class_payload): post / is_complete / wait like the
-    # exchange, step(r, lr, state) (the rule's step, then the replies), row, bytes_per_round (silo/classes.py)
-    def class_exchange(self): ...
+    # the class part's payloads (algorithms/class_parts.py): post / is_complete / wait like the exchange,
+    # step(r, lr, state, excluded) (the part's step, then the replies), row, bytes_per_round (silo/server_classes.py)
+    def class_exchange(self, part): ...
+
+
+class NoClasses:
+    """The class exchange of a part that lets nothing leave a party (and of a setting without class payloads)."""
+    row = None
+
+    def post(self, r: int) -> None:
+        pass
+
+    def is_complete(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        pass
+
+    def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        pass
+
+    def bytes_per_round(self) -> dict[str, int]:
+        return {"up": 0, "down": 0, "intra": 0}

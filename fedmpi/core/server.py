@@ -46,6 +46,7 @@ class Server:
         self.theta = self.down.theta
         self.state.read(self.theta)
         self.algo_state = self.algorithm.init_server_state(self.down.trainable, self.down.extra)
+        self.algo_state.update(self.algorithm.classes.server_state())
         self.parties = setting.parties
         self.party_tables = setting.party_tables
         self.run_dir = run_dir
@@ -64,8 +65,8 @@ class Server:
             self.log.mirror = EventWriter(run_dir, self.parties)
         self.side = setting.side_work(self.log)
         self.exchange = setting.exchange(self.log, self.up_numel, self.down.flat.numel(), self.side.uploads_kept)
-        # the parties' class payloads, for a rule that lets something of its class embeddings leave a party
-        self.classes = setting.class_exchange() if self.algorithm.class_payload else None
+        # what of the parties' class embeddings the method's class part lets leave them (nothing by default)
+        self.classes = setting.class_exchange(self.algorithm.classes)
         self.aggregator = parts.aggregator
         self.privacy = (PrivacyReport(cfg.fed.dp, cfg.planned_rounds, cfg.rounds, cfg.sampling_rate, self.aggregator)
                         if cfg.fed.dp.enabled else None)
@@ -80,33 +81,22 @@ class Server:
         self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
-        cfg, exchange, side = self.cfg, self.exchange, self.side
-        D = self.state.numel
+        exchange, classes, side = self.exchange, self.classes, self.side
         exchange.send(self.down.flat)
         started = time.perf_counter() - self.elapsed_before
-        for r in range(start_round, cfg.rounds):
+        for r in range(start_round, self.cfg.rounds):
             round_start = time.perf_counter()
             # a diverged round ends the run in one line naming its round and uploads (aggregation/upload_check.py)
             with self.check.naming_round(r), comm.naming_failures(f"round {r + 1}"):
                 exchange.post(r)
-                classes = self.classes
-                if classes:
-                    classes.post(r)
-                side.work_until(lambda: exchange.is_complete() and (not classes or classes.is_complete()), r)
+                classes.post(r)
+                side.work_until(lambda: exchange.is_complete() and classes.is_complete(), r)
                 exchange.wait()
-                if classes:
-                    classes.wait()
-                rows = exchange.rows
-                self.w = side.weighting.for_round(r, None if rows is None else rows[:, :D])
-                if exchange.party_weights is not None:   # the rule weighs the parties itself (FedFR's set sizes)
-                    self.w = torch.as_tensor(exchange.party_weights / exchange.party_weights.sum())
-                self.step(exchange, self.w, exchange.participation)           # check, aggregate, server update
-                if self.influence:
-                    self.influence.measure(r, rows, self.step.combination)
+                classes.wait()
+                self.aggregate(r)
                 exchange.send(self.down.flat)
-                if classes:   # the rule's step on the class payloads (those of the uploads kept), and the replies
-                    classes.step(r, cfg.lr_at_round(r), self.algo_state,
-                                 self.check.last.excluded if self.check.last else None)
+                # the class part's step on the class payloads (those of the uploads kept), and the replies
+                classes.step(r, self.cfg.lr_at_round(r), self.algo_state, self.excluded())
                 stats = exchange.round_stats(r)
             self.record(r, stats, time.perf_counter() - round_start, time.perf_counter() - started)
             self.check.after_round(r, self.down.flat, stats.loss, self.parties)   # before any checkpoint of it
@@ -118,12 +108,25 @@ class Server:
         self.finish()
         return 0
 
+    def aggregate(self, r: int) -> None:
+        """The round's w (the side work's, or the weights the parties sent), then the server step: check,
+        aggregate, server update."""
+        exchange, rows = self.exchange, self.exchange.rows
+        side_w = self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel])
+        self.w = exchange.weights(side_w)
+        self.step(exchange, self.w, exchange.participation)
+        if self.influence:
+            self.influence.measure(r, rows, self.step.combination)
+
+    def excluded(self) -> np.ndarray | None:
+        """[P] bool: the uploads the server's check left out this round (None: it checked none)."""
+        return self.check.last.excluded if self.check.last else None
+
     def record(self, r: int, stats: RoundStats, round_time: float, wall_time: float) -> None:
         cfg = self.cfg
         party_ips = stats.images / np.maximum(stats.seconds, 1e-9)
         moved = self.exchange.bytes_per_round()
-        if self.classes:
-            moved = {k: v + self.classes.bytes_per_round()[k] for k, v in moved.items()}
+        moved = {k: v + self.classes.bytes_per_round()[k] for k, v in moved.items()}
         images = stats.images.sum()
         self.log.append("rounds", round=r, step=(r + 1) * cfg.fed.K, lr=cfg.lr_at_round(r), wall_time=wall_time,
                         round_time=round_time, images_per_s=images / round_time,
@@ -140,11 +143,10 @@ class Server:
             if stats.columns and any(name in stats.columns for name in names):
                 nothing = np.full(len(self.parties), np.nan)
                 self.log.append(table, round=r, **{name: stats.columns.get(name, nothing) for name in names})
-        if self.classes:
-            if self.classes.row:
-                self.log.append("classes", **self.classes.row)
-            extra = self.algorithm.class_note(self.algo_state)
-            note = f"{note}  {extra}" if note and extra else note or extra
+        if self.classes.row:
+            self.log.append("classes", **self.classes.row)
+        extra = self.algorithm.classes.note(self.algo_state)
+        note = f"{note}  {extra}" if note and extra else note or extra
         self.progress.line(r, stats.loss, images / round_time, wall_time, note=note)
         if stats.first_step_s is not None:
             self.log.record_first_steps(r, dict(zip(self.parties, stats.first_step_s.tolist())))
@@ -192,7 +194,6 @@ class Server:
         skipped = ("  bad records skipped: " + ", ".join(f"{k} {v}" for k, v in self.bad_records.items()) + "\n"
                    if self.bad_records else "")
         privacy = self.privacy.summary() if self.privacy else ""
-        if self.classes:
-            privacy += self.algorithm.class_summary(self.algo_state)
+        privacy += self.algorithm.classes.summary(self.algo_state)
         self.progress.summary(self.run_dir / "log.h5", extra=skipped + privacy + self.side.summary())
 

@@ -48,8 +48,6 @@ class ClientExchange:
     `clients`) for an aggregator that reads them all; otherwise `rows` is None and the uploads are summed on the
     way (FV cannot run on it either way: it scores parties, not clients)."""
 
-    party_weights = None   # the clients' weights are their example counts, applied on the way
-
     def __init__(self, trainers: list[int], group, control: Control, sampler: ClientSampler, sizes: np.ndarray,
                  up_numel: int, device, dtype, log=None, store: ClientStore | None = None,
                  every_upload: bool = False):
@@ -129,6 +127,10 @@ class ClientExchange:
         for work in self._work:
             work.wait()
         self._work = []
+
+    def weights(self, w):
+        """The round's w as the side work gives it (the clients' example counts are applied on the way)."""
+        return w
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
         """sum_k n_k u_k / sum_k n_k over the round's clients, for theta and each up payload. The weights are the

@@ -18,6 +18,7 @@ from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.core.driver import drive
 from fedmpi.core.schedule import evaluation_due
 from fedmpi.core.server import Server
+from fedmpi.core.seams import NoClasses
 
 
 class ExampleCounts:
@@ -115,6 +116,10 @@ class CrossDeviceSetting:
                                       store=client_store(parts.rule, parts.state.trainable),
                                       every_upload=parts.every_upload)
         return self.uploads
+
+    def class_exchange(self, part) -> NoClasses:
+        """Nothing: the clients keep no classifier of their own (the config refuses a class part here)."""
+        return NoClasses()
 
 
 def run_client_server(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:

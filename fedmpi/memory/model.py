@@ -29,7 +29,9 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from fedmpi.algorithms.registry import rule
 from fedmpi.layout import rank_batch
+from fedmpi.memory.sizes import backbone_size, feature_map_values
 
 MB = 1024 ** 2
 TORCH_MB = {"cuda": 282.0, "cpu": 140.0}        # anonymous memory after `import torch`, by build
@@ -42,28 +44,8 @@ STEP_TRANSIENT_MB = 25.0                        # what a step holds beyond them 
 EVAL_LIVE_MAPS = 3                              # no-grad embedding: a batch, its flip and the largest output live
 WORKER_MB = 660.0                               # a forked DataLoader worker once Python touched its pages (CPU)
 CUDA_CONTEXT_MB = 300.0                         # a CUDA context on its GPU
-STAGE_BLOCKS = {"ir18": (2, 2, 2, 2), "ir34": (3, 4, 6, 3), "ir50": (3, 4, 14, 3), "ir100": (3, 13, 30, 3)}
-STAGE_CHANNELS = (64, 128, 256, 512)
 DTYPE_BYTES = {"float32": 4, "float64": 8}
-# per rule: (up payloads, down payloads, trainer-state tensors of n values, server-state tensors of n values);
-# tests/mpi/test_memory_check.py checks these against the rules themselves
-RULE_TENSORS = {"fedavg": (0, 0, 0, 0), "fedavgm": (0, 0, 0, 1), "pfm": (0, 0, 1, 0), "fedprox": (0, 0, 0, 0),
-                "scaffold": (1, 1, 1, 1), "fedadam": (0, 0, 0, 2), "fedyogi": (0, 0, 0, 2),
-                "fedadagrad": (0, 0, 0, 2), "mime_lite": (1, 1, 0, 1), "feddyn": (0, 0, 1, 1),
-                "fedaws": (0, 0, 0, 0), "fedgc": (0, 0, 0, 0), "privacyface": (0, 0, 0, 0), "fedfr": (0, 0, 1, 0)}
-CLIENT_STATE = {"scaffold": 1, "feddyn": 1}      # per-client trainer-state tensors of n values (client_state)
 CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (models/cifar_cnn.py), all trainable
-# the server step is the average itself: no separate mean
-SERVER_AVERAGES = {"fedavg", "pfm", "fedprox", "fedaws", "fedgc", "privacyface", "fedfr"}
-# the rules whose class embeddings leave the parties (Algorithm.class_payload): "rows" go to the server, which holds
-# them all; a "summary" is made from the party's rows gathered on its leader
-CLASS_PAYLOAD = {"fedaws": "rows", "fedgc": "rows", "privacyface": "summary"}
-# flat states of D values a rule's local objective keeps on every trainer rank (algorithms/objective.py): FedFR's
-# frozen global and previous backbones and the previous one's state; and whether the party's classifier also holds
-# the public identities' rows (data.public)
-OBJECTIVE_STATES = {"fedfr": 3}
-PUBLIC_ROWS = {"fedfr"}
-NODE_SHARED_STATE = {"pfm"}                      # trainer state rebuilt from Θ: one copy per party and node (CPU)
 
 
 def client_states(cfg) -> tuple[int, float]:
@@ -74,53 +56,8 @@ def client_states(cfg) -> tuple[int, float]:
 
     c = cfg.clients
     held = min(c.population, cfg.rounds * clients_per_round(c.population, c.fraction))
-    tensors = CLIENT_STATE.get(cfg.fed.algorithm, 0)
+    tensors = len(rule(cfg.fed.algorithm).client_state)
     return held, held * tensors * CIFAR_CNN_VALUES * DTYPE_BYTES[cfg.run.dtype]
-
-
-def stage_channels(width: float) -> list[int]:
-    return [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
-
-
-def backbone_size(backbone: str, width: float, embedding_size: int, image_size: int) -> tuple[int, int]:
-    """(D, n): the IResNet's flat state (parameters and float buffers) and its trainable values
-    (models/iresnet.py: BatchNorm keeps weight, bias, running mean and variance; the embedding BN's scale is frozen)."""
-    channels = stage_channels(width)
-    trainable = 3 * channels[0] * 9 + 3 * channels[0]           # conv1, bn1 (2), prelu
-    buffers = 2 * channels[0]
-    c_in = channels[0]
-    for c, blocks in zip(channels, STAGE_BLOCKS[backbone]):
-        for i in range(blocks):
-            trainable += 2 * c_in + c_in * c * 9 + 3 * c + c * c * 9 + 2 * c   # bn1, conv1, bn2, prelu, conv2, bn3
-            buffers += 2 * c_in + 2 * c + 2 * c
-            if i == 0:
-                trainable += c_in * c + 2 * c                     # the shortcut's 1x1 conv and BN
-                buffers += 2 * c
-            c_in = c
-    spatial = (image_size // 16) ** 2
-    trainable += 2 * c_in + c_in * spatial * embedding_size + embedding_size + embedding_size  # bn2, fc, features.bias
-    buffers += 2 * c_in + 2 * embedding_size
-    frozen = embedding_size                                       # features.weight
-    return trainable + frozen + buffers, trainable
-
-
-def feature_map_values(backbone: str, width: float, embedding_size: int, image_size: int) -> tuple[int, int]:
-    """(every forward output's values, the largest one's) per image."""
-    channels = stage_channels(width)
-    size = image_size
-    total = 3 * channels[0] * size * size                         # conv1, bn1, prelu
-    largest = channels[0] * size * size
-    c_in = channels[0]
-    for c, blocks in zip(channels, STAGE_BLOCKS[backbone]):
-        for i in range(blocks):
-            out = size // 2 if i == 0 else size
-            total += c_in * size * size + 3 * c * size * size + 3 * c * out * out   # bn1; conv1, bn2, prelu; conv2, bn3, +
-            if i == 0:
-                total += 2 * c * out * out                         # the shortcut
-            largest = max(largest, c * size * size)
-            size, c_in = out, c
-    total += c_in * size * size + 2 * embedding_size
-    return total, largest
 
 
 @dataclass
@@ -194,8 +131,8 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
     P = len(layout.parties)
     D_up = s.D + s.k_up * s.n
     server = {"server": ((s.D + s.k_down * s.n) + P * D_up * (2 if fv_runs(cfg) else 1)
-                         + (0 if s.rule in SERVER_AVERAGES else D_up) + s.server_state * s.n) * s.b}
-    if CLASS_PAYLOAD.get(s.rule) == "rows":   # W, its unit rows, its gradient; a block's cosines and exponentials
+                         + (0 if s.rule.averages_at_server() else D_up) + s.server_state * s.n) * s.b}
+    if s.rule.classes.rows_to_server:   # W, its unit rows, its gradient; a block's cosines and exponentials
         C = sum(party_classes(cfg, p) for p in layout.parties)
         block = int(cfg.fed.options.get("block_rows", 2048))
         server["class embeddings"] = (3 * C * cfg.model.embedding_size + 2 * min(block, C) * C) * s.b
@@ -220,12 +157,13 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
 
 def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNamespace:
     """The figures every rank's estimate reads: the backbone's values (D, n trainable, b bytes each), its feature
-    maps, the rule's tensors, whether a party's ranks share a node's copy, workers."""
+    maps, the rule's tensors (what its parts declare), whether a party's ranks share a node's copy, workers."""
     m = cfg.model
-    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=cfg.fed.algorithm, gpu=device == "cuda")
+    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=rule(cfg.fed.algorithm), gpu=device == "cuda")
     s.D, s.n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
-    s.k_up, s.k_down, s.trainer_state, s.server_state = RULE_TENSORS.get(s.rule, (0, 0, 0, 0))
+    s.k_up, s.k_down = len(s.rule.up), len(s.rule.down)
+    s.trainer_state, s.server_state = s.rule.trainer_tensors, s.rule.server_tensors
     if cfg.fed.local_momentum:
         s.trainer_state += 1
     s.shared_on_node = cfg.run.share_node_memory and not s.gpu and not cfg.cross_device
@@ -239,21 +177,21 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
     """Append the party's trainer ranks' needs to `ranks`; returns what its ranks on a node hold once there."""
     classes = party_classes(cfg, party)
     public = cfg.data.public
-    if s.rule in PUBLIC_ROWS and public.kind == "synthetic":
+    if s.rule.training.public_identities and public.kind == "synthetic":
         classes += public.identities
     size, batch = len(party.ranks), rank_batch(cfg, party.name)
     classes_here = math.ceil(classes / size) if s.m.classifier != "replicated" and size > 1 else classes
     b, n = s.b, s.n
     received = (s.D + s.k_down * n) * b                       # the global payload
-    kept_state = s.trainer_state - (1 if s.rule in NODE_SHARED_STATE and s.shared_on_node else 0)
+    kept_state = s.trainer_state - (1 if s.rule.global_state and s.shared_on_node else 0)
     for i, rank in enumerate(party.ranks):
         tensors = {
             "model": (s.D + n) * b,
             "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
-            "rule state": kept_state * n * b + OBJECTIVE_STATES.get(s.rule, 0) * s.D * b,
+            "rule state": kept_state * n * b + s.rule.training.kept_states * s.D * b,
             "classifier": 3 * classes_here * s.m.embedding_size * b
                           # a class payload: the party's rows gathered on its leader (and their padded blocks)
-                          + (2 * classes * s.m.embedding_size * b if i == 0 and s.rule in CLASS_PAYLOAD else 0),
+                          + (2 * classes * s.m.embedding_size * b if i == 0 and s.rule.classes.gathered else 0),
             "activations": (batch * (s.activation_factor * s.values + 4 * classes_here) * b
                             + STEP_TRANSIENT_MB * MB),
         }

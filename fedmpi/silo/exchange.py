@@ -76,6 +76,10 @@ class SiloExchange:
                                                         timeout_s=self.control.timeout_s, comm=self.control.mpi)
                                            for leader in self._leaders], dtype=np.float64)
 
+    def weights(self, w: torch.Tensor | None) -> torch.Tensor | None:
+        """The round's w: the weights the parties sent, normalised, where they send them; else `w`."""
+        return torch.as_tensor(self.party_weights / self.party_weights.sum()) if self._weighed else w
+
     @property
     def rows(self) -> torch.Tensor:
         """[P, D_up]: the uploads of the last completed round, party by party."""

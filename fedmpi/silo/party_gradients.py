@@ -64,3 +64,16 @@ def party_ddp(backbone, group, bucket_mb: float, compression: torch.dtype | None
         ddp.register_comm_hook(group, default_hooks.fp16_compress_hook if compression == torch.float16
                                else default_hooks.bf16_compress_hook)
     return ddp
+
+
+def party_model(backbone, trainable, group, run, device):
+    """(the module to run forward, the gradient averager) of a party's rank. One rank: neither. GPU: DDP, which
+    overlaps the all-reduce with backward (its torch._dynamo import is small next to a GPU run). CPU: one
+    all-reduce after backward (PartyGradients), without DDP's import of torch._dynamo (its cost per rank:
+    docs/PERFORMANCE.md). `run`: the config's run section."""
+    if group is None:
+        return backbone, None
+    compression = COMPRESSION[run.ddp_compression]
+    if device.type == "cuda":
+        return party_ddp(backbone, group, run.ddp_bucket_mb, compression), None
+    return backbone, PartyGradients(trainable, group, compression)

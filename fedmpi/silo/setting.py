@@ -15,9 +15,10 @@ from fedmpi.fv import needs_validation_sets
 from fedmpi.fv.validator_client import ValidatorPool
 from fedmpi.layout import Layout, party_batches
 from fedmpi.metrics.personal import personal_columns
-from fedmpi.silo.classes import ServerClasses, party_rows
+from fedmpi.silo.classes import party_rows
 from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
+from fedmpi.silo.server_classes import ServerKit
 from fedmpi.silo.side_work import SideWork
 
 
@@ -41,8 +42,8 @@ class SiloSetting:
         P = len(self.parties)
         self.log_schema["extra_tables"] = {table: {"round": ((), "i8"), **{c: ((P,), "f8") for c in columns}}
                                            for table, columns in self.party_tables.items()}
-        if rule.class_payload:
-            self.log_schema["extra_tables"]["classes"] = rule.class_columns
+        if rule.classes.columns:
+            self.log_schema["extra_tables"]["classes"] = rule.classes.columns
 
     def side_work(self, log) -> SideWork:
         cfg, ctx = self.cfg, self.ctx
@@ -56,12 +57,14 @@ class SiloSetting:
         shared = shared_parties(ctx.layout, ctx.shares)
         return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
-                            weighed=self.parts.rule.weighs_parties)
+                            weighed=self.parts.rule.training.weighs_parties)
 
-    def class_exchange(self) -> ServerClasses:
+    def class_exchange(self, part):
+        """The class part's server-side transport (silo/server_classes.py)."""
         ctx, cfg = self.ctx, self.cfg
-        return ServerClasses(self.parts.rule, list(ctx.layout.parties), party_rows(self.data_description, ctx.layout.parties),
-                             cfg.model.embedding_size, ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier)
+        parties = list(ctx.layout.parties)
+        return part.server_side(ServerKit(parties, party_rows(self.data_description, parties), cfg.model.embedding_size,
+                                          ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier))
 
 
 def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
@@ -69,8 +72,8 @@ def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
     negatives, combined set, epochs, steps, and the seconds its round's preparation took) and `personal` (the
     personalised evaluation's metrics, in the rounds it ran; data.heldout > 0)."""
     tables = {}
-    if rule.party_columns:
-        tables["local"] = [*rule.party_columns, "begin_round_s"]
+    if rule.training.columns:
+        tables["local"] = [*rule.training.columns, "begin_round_s"]
     if cfg.data.heldout:
         tables["personal"] = personal_columns(cfg.eval.personal_fars)
     return tables

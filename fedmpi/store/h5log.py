@@ -22,7 +22,7 @@ Layout (schema version 1):
   /clients/<col>   cross-device runs: one row per round, round and ids [clients per round] (the sampled clients)
   /personal/<col>  the personalised evaluation (data.heldout): one row per evaluated round, round and a [P] column
                    per metric; /local/<col>: a rule with a local objective (FedFR), its round's numbers per party
-  /classes/<col>   a rule with a class payload: one row per round its server step ran (the rule's class_columns:
+  /classes/<col>   a method whose class part moves W_k: one row per round its server step ran (its columns:
                    FedGC's Reg, FedAwS's spreadout loss, PrivacyFace's releases and (epsilon, delta))
 Every table is a group of 1-D-extendable datasets of equal length; all are created before SWMR starts.
 A new log is written under a hidden name (`starting_name`) and takes its name at its first row. Reading one:

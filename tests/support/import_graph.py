@@ -42,6 +42,8 @@ NOT_IMPORTED_BY = {
 ONLY_IMPORTS = {
     "fedmpi.comm": ("fedmpi.comm", "fedmpi.errors"),
 }
+# The rules do arithmetic; the roles communicate (the silo hands a part the collectives it needs).
+ARITHMETIC_ONLY = {"fedmpi.algorithms": ("torch.distributed", "mpi4py", "fedmpi.comm")}
 LONG_MODULE = 250
 TEST_FOLDERS = ("unit", "mpi", "cluster", "support")
 
@@ -212,6 +214,22 @@ def reaching_out(graph: dict[str, set[str]], rules=None) -> list[tuple[str, str]
     return _arrows_against(graph, ONLY_IMPORTS if rules is None else rules,
                            lambda t, allowed: _inside(t, "fedmpi") and t != "fedmpi"
                            and not any(_inside(t, a) for a in allowed))
+
+
+def communicating(files: dict[str, Path], rules=None) -> list[tuple[str, str]]:
+    """(module, what) for each import in an arithmetic-only package (ARITHMETIC_ONLY) of a communication library,
+    or of a private name (a leading underscore) of another package."""
+    bad = []
+    for package, banned in (ARITHMETIC_ONLY if rules is None else rules).items():
+        for module, path in files.items():
+            if not _inside(module, package):
+                continue
+            for node in _imports(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad += [(module, name) for name in names if any(_inside(name, b) for b in banned)]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and not _inside(node.module or "", package):
+                    bad += [(module, f"{node.module}.{a.name}") for a in node.names if a.name.startswith("_")]
+    return sorted(bad)
 
 
 def lines_per_package(files: dict[str, Path]) -> dict[str, int]:

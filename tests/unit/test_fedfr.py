@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedmpi.algorithms.fedfr import FedFROptions
-from fedmpi.algorithms.fedfr_objective import decay_epochs, local_epochs, round_lr
-from fedmpi.algorithms.hard_negatives import best_cosines, chosen
+from fedmpi.algorithms.fedfr.objective import decay_epochs, local_epochs, round_lr
+from fedmpi.algorithms.fedfr.hard_negatives import best_cosines, chosen
 from fedmpi.config import ConfigError, load_config
 from fedmpi.data.combined import CombinedFaceDataset, heldout_split
 from fedmpi.data.errors import DataError

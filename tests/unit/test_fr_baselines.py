@@ -105,7 +105,7 @@ def test_g5_the_backbones_are_averaged_as_fedavg_and_pfm_average_them():
 def test_fedgc_rule_steps_with_lambda_eta_and_the_heads_scale():
     W = T([1.0, 0.0], [0.0, 1.0])
     rule = FedGC(FedGCOptions(lr_scale=2.0), head_scale=1.0)
-    row = rule.class_step(W, bounds_of([1, 1]), 0.25, 0, {})
+    row = rule.classes.step(W, bounds_of([1, 1]), 0.25, 0, {})
     assert row == {"reg": pytest.approx(0.6265234, abs=1e-7)}
     assert torch.allclose(W, T([1.0, -0.1344707], [-0.1344707, 1.0]), atol=1e-7)   # λη = 0.5, as G1
 
@@ -180,7 +180,7 @@ def test_s5_fedfr_mode_is_twenty_sgd_momentum_steps_with_a_fresh_optimizer():
         for _ in range(20):
             reference.grad = spreadout_gradient(reference.detach(), 0.4)[1]
             optimizer.step()
-        rule.class_step(W, bounds_of([4, 6]), eta, r, {})
+        rule.classes.step(W, bounds_of([4, 6]), eta, r, {})
         assert torch.equal(W, reference.detach())
 
 
@@ -227,12 +227,12 @@ def test_p5_releases_compose_by_basic_composition_through_the_relay():
     uploads[:, :, 0] = torch.arange(9.0).reshape(3, 3)
     replies = torch.zeros(3, 6, 10)
     for r in range(4):
-        row = rule.relay(uploads, replies, r, state)
+        row = rule.classes.relay(uploads, replies, r, state)
     assert row["releases"] == 4 and row["released"] == 5
     assert row["epsilon"] == pytest.approx(4 * 3 * 0.8) and row["delta"] == pytest.approx(4 * 3 * 1e-6)
     assert row["epsilon_release"] == pytest.approx(2.4)
     assert replies[1, :, 0].tolist() == [0, 1, 2, 6, 7, 8]       # party 1 gets parties 0 and 2, not its own
-    assert "epsilon 9.6 at delta 1.2e-05 (4 releases" in rule.class_summary(state)
+    assert "epsilon 9.6 at delta 1.2e-05 (4 releases" in rule.classes.summary(state)
     assert Budget(3, 0.1, 0.2, 0.5, 1e-6).spent(4) == (pytest.approx(9.6), pytest.approx(1.2e-5))
 
 
@@ -296,10 +296,10 @@ def test_privacyface_with_dp_fedavg_is_accepted():
 def server_classes(rule, rows, d):
     """The server's side of the class payloads for one-rank parties, filled by hand (no transport)."""
     from fedmpi.layout import Party
-    from fedmpi.silo.classes import ServerClasses
+    from fedmpi.silo.server_classes import ServerKit
 
     parties = [Party(k, f"p{k}", (k + 1,), ()) for k in range(len(rows))]
-    return ServerClasses(rule, parties, rows, d, None, "cpu", torch.float64)
+    return rule.classes.server_side(ServerKit(parties, rows, d, None, "cpu", torch.float64))
 
 
 def test_a_left_out_partys_rows_are_neither_corrected_nor_a_negative_of_the_others():
@@ -311,7 +311,7 @@ def test_a_left_out_partys_rows_are_neither_corrected_nor_a_negative_of_the_othe
     server.W.copy_(W)
     server.W[3:6] = W[3:6] * 1e6
     alone = torch.cat([W[0:3], W[6:9]]).clone()
-    rule.class_step(alone, bounds_of([3, 3]), 0.5, 0, {})
+    rule.classes.step(alone, bounds_of([3, 3]), 0.5, 0, {})
     server.step_rows(~server.left_out(np.array([False, True, False])), 0.5, 0, {})
     assert torch.equal(server.W[0:3], alone[0:3]) and torch.equal(server.W[6:9], alone[3:6])
     assert torch.equal(server.W[3:6], W[3:6] * 1e6)

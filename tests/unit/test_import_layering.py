@@ -1,5 +1,6 @@
 """The tree's imports, read with ast (tests/support/import_graph.py): no circles, no arrow against LAYERS."""
-from import_graph import LAYERS, circles, import_graph, inner_arrows, reaching_out, source_files, upward_arrows
+from import_graph import (LAYERS, circles, communicating, import_graph, inner_arrows, reaching_out,
+                          source_files, upward_arrows)
 
 
 def test_no_import_circles():
@@ -16,6 +17,12 @@ def test_the_neutral_core_knows_no_setting():
 
 def test_the_mpi_floor_imports_nothing_above_it():
     assert reaching_out(import_graph(source_files())) == []
+
+
+def test_the_rules_do_arithmetic_and_the_roles_communicate():
+    """Nothing under fedmpi/algorithms imports torch.distributed, mpi4py, fedmpi.comm or another package's private
+    name: a part that needs a collective is handed one by the silo (silo/party_comm.py)."""
+    assert communicating(source_files()) == []
 
 
 def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
@@ -40,3 +47,7 @@ def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
     assert graph.inner_arrows(found, {"fedmpi.rules": ("fedmpi.config",)}) == [("fedmpi.rules", "fedmpi.config")]
     assert graph.reaching_out(found, {"fedmpi.rules": ("fedmpi.rules",)}) == [("fedmpi.rules", "fedmpi.config")]
     assert LAYERS["fedmpi"] == ()
+    (tmp_path / "fedmpi" / "rules" / "talk.py").write_text("import torch.distributed as dist\n"
+                                                            "from fedmpi.config import _private\n")
+    assert graph.communicating(graph.source_files(), {"fedmpi.rules": ("torch.distributed",)}) == [
+        ("fedmpi.rules.talk", "fedmpi.config._private"), ("fedmpi.rules.talk", "torch.distributed")]

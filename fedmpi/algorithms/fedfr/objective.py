@@ -1,4 +1,4 @@
-"""FedFR's local objective on one trainer rank of a party (algorithms/fedfr.py says what a round does; the seam is
+"""FedFR's local objective on one trainer rank of a party (fedfr/rule.py says what a round does; the part is
 algorithms/objective.py), with its schedule of local epochs (spec §4.3-6; `o`: the rule's FedFROptions). The
 party's state, kept across rounds and never uploaded: `previous` (the backbone the party trained last round, the
 contrastive term's negative: a flat state like Θ) and `personal` (the personal head A, V_k, b); its private rows
@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from fedmpi.algorithms.hard_negatives import hard_negative_pass
+from fedmpi.algorithms.fedfr.hard_negatives import hard_negative_pass
 from fedmpi.algorithms.objective import LocalObjective, PartyTraining, RoundData
 from fedmpi.data.combined import CombinedFaceDataset
 from fedmpi.models.class_centres import init_class_centres
@@ -68,6 +67,9 @@ class FedFRObjective(LocalObjective):
         self._numbers: dict = {}
         self._round = (0, 1, 1, 0.0)     # r, steps per epoch, decay epochs, the round's lr
 
+    def start(self, r: int) -> None:
+        """Nothing: each round has a stream of its own (begin_round)."""
+
     def state(self) -> dict:
         return {"previous": self.previous, "personal": self.head.state_dict()}
 
@@ -88,7 +90,7 @@ class FedFRObjective(LocalObjective):
         self._numbers = {"hard_negatives": len(chosen), "combined_images": len(combined), "local_epochs": epochs,
                          "local_steps": steps}
         seed = [party.seed, party.party_index, r, STREAM_SALT]
-        return RoundData(combined, steps, per_pass, seed)
+        return RoundData(party.stream(combined, 0, seed=seed, steps_per_pass=per_pass), steps)
 
     def lr(self, step: int) -> float:
         r, per_epoch, _, lr = self._round
@@ -111,8 +113,7 @@ class FedFRObjective(LocalObjective):
         """φ_prev of the next round: this round's backbone θ_k as the party uploads it, the leader's (the other
         ranks hold the same parameters but BatchNorm statistics of their own batches)."""
         self.party.read_state(self.previous)
-        if self.party.group is not None:
-            dist.broadcast(self.previous, src=self.party.leader, group=self.party.group)
+        self.party.collectives.broadcast(self.previous)
 
     def weight(self) -> float:
         return float(self._numbers["combined_images"])

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 from fedmpi.metrics.embed import set_batches
-from fedmpi.models.sharded import _all_gather_rows, _gather_sizes
 
 
 def best_cosines(local: torch.Tensor, public: torch.Tensor) -> torch.Tensor:
@@ -37,31 +36,26 @@ def embed(backbone, dataset, indices, batch: int, prepare, device, dtype):
         yield part, F.normalize(backbone(prepare(images.to(device=device, dtype=dtype))).to(dtype), dim=1)
 
 
-def _gathered(local: torch.Tensor, group) -> torch.Tensor:
-    if group is None:
-        return local
-    return _all_gather_rows(local, _gather_sizes(local.shape[0], local.device, group), group)
-
-
 def hard_negative_pass(backbone, local_set, public_set, threshold: float, party) -> np.ndarray:
     """The indices of the public set's hard negatives (sorted), the same on every rank of the party (`party`: its
     PartyTraining). The backbone is evaluated in eval mode and left in the mode it was in."""
     was_training = backbone.training
     backbone.eval()
-    q, R = party.rank, party.ranks
+    together = party.collectives
+    q, R = together.rank, together.ranks
     with torch.no_grad():
         mine = np.arange(q, len(local_set), R)
         parts = [f for _, f in embed(backbone, local_set, mine, party.eval_batch, party.prepare_images,
                                      party.device, party.dtype)]
         empty = torch.empty(0, backbone.embedding_size, device=party.device, dtype=party.dtype)
-        local = _gathered(torch.cat(parts) if parts else empty, party.group)
+        local = together.gather_rows(torch.cat(parts) if parts else empty)
         theirs = np.arange(q, len(public_set), R)
         best = torch.empty(len(theirs), device=party.device, dtype=party.dtype)
         for part, features in embed(backbone, public_set, theirs, party.eval_batch, party.prepare_images,
                                     party.device, party.dtype):
             at = (part - q) // R
             best[at[0]:at[-1] + 1] = best_cosines(local, features)
-        index = _gathered(torch.as_tensor(theirs, device=party.device), party.group)
-        best = _gathered(best, party.group)
+        index = together.gather_rows(torch.as_tensor(theirs, device=party.device))
+        best = together.gather_rows(best)
     backbone.train(was_training)
     return np.sort(index[chosen(best, threshold)].cpu().numpy())

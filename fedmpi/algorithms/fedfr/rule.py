@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.algorithms.fedavg import FedAvg
+from fedmpi.algorithms.method import Method
+from fedmpi.algorithms.objective import LocalTraining
 from fedmpi.errors import ConfigError
 
 PREVIOUS_STARTS = ("random", "global", "none")
@@ -80,16 +81,22 @@ class FedFROptions:
                               "party's, which the captured graph does not hold")
 
 
-class FedFR(FedAvg):
-    name = "fedfr"
-    Options = FedFROptions
+class FedFRTraining(LocalTraining):
+    """FedFR's local training: over the party's and the public identities, its own epochs, a fresh optimizer each
+    round, the party weighed by its combined set; the global and previous backbones and the previous one's state
+    on every trainer rank."""
     public_identities = True
     weighs_parties = True
-    fresh_local_optimizer = True
-    party_columns = ("hard_negatives", "combined_images", "local_epochs", "local_steps")
-    local_momentum_default = 0.9     # the clients' SGD (momentum 0.9, weight decay optim.weight_decay)
+    fresh_optimizer = True
+    columns = ("hard_negatives", "combined_images", "local_epochs", "local_steps")
+    kept_states = 3
 
-    def local_objective(self, party):
-        from fedmpi.algorithms.fedfr_objective import FedFRObjective
+    @staticmethod
+    def objective(options, party):
+        from fedmpi.algorithms.fedfr.objective import FedFRObjective
 
-        return FedFRObjective(self.options, party)
+        return FedFRObjective(options, party)
+
+
+# the clients' SGD: momentum 0.9, weight decay optim.weight_decay
+FedFR = Method("fedfr", "FedFR", "#8c6d31", FedFROptions, training=FedFRTraining, local_momentum_default=0.9)

@@ -1,0 +1,151 @@
+"""The server's side of a class part's payloads (silo/classes.py says how they travel): the parties' payloads of a
+round, received while the backbones travel, the part's arithmetic on them after Θ went out, the replies. A part
+picks its transport from `ServerKit` (class_parts.py): nothing (core/seams.py's NoClasses), the rows, or the
+summaries."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedmpi import comm
+from fedmpi.algorithms.class_steps import bounds_of
+from fedmpi.comm import p2p
+from fedmpi.comm.receives import ReceivesInBackground
+from fedmpi.core.seams import NoClasses
+from fedmpi.layout import Party
+from fedmpi.silo.classes import TAG_DOWN, TAG_UP, TransportKit, replicated, shard_rows
+
+
+class ServerKit(TransportKit):
+    """What the server's transports share: the parties, their class counts n_k (`rows`), the embedding size d."""
+
+    def __init__(self, parties: list[Party], rows: list[int], d: int, leaders, device, dtype,
+                 classifier_mode: str = "auto"):
+        self.parties, self.counts, self.d, self.leaders = parties, rows, d, leaders
+        self.device, self.dtype, self.classifier_mode = device, dtype, classifier_mode
+        # the shards gathered on each leader (the padded blocks of the party's other ranks)
+        self.gathered = d * sum(n - shard_rows(n, len(p.ranks), classifier_mode) for n, p in zip(rows, parties))
+        self.Nothing, self.Rows, self.Summaries = NoClasses, ServerRows, ServerSummaries
+
+
+class ServerClasses:
+    """A round's payloads: `uploads` (one per party) received, `replies` sent back."""
+    uploads: list
+    replies: list
+    _intra: int
+
+    def __init__(self, part, kit: ServerKit):
+        self.part, self.leaders, self.dtype = part, kit.leaders, kit.dtype
+        self._leaders = [p.leader for p in kit.parties]
+        self.names = [p.name for p in kit.parties]
+        self._point_to_point_threads = torch.device(kit.device).type == "cpu"
+        self._work: list = []
+        self.due = False
+        self.row: dict | None = None     # the round's row of the log's `classes` table, when the step ran
+
+    def _sized(self) -> None:
+        self._sizes = (sum(u.numel() for u in self.uploads), sum(r.numel() for r in self.replies))
+
+    def post(self, r: int) -> None:
+        self.due, self.row = self.part.due(r), None
+        if not self.due:
+            return
+        works = [p2p.irecv(u, src=leader, group=self.leaders, tag=TAG_UP) for u, leader in zip(self.uploads, self._leaders)]
+        self._work = [ReceivesInBackground(works)] if self._point_to_point_threads else works
+
+    def is_complete(self) -> bool:
+        return all(work.is_completed() for work in self._work)
+
+    def wait(self) -> None:
+        with comm.naming_failures(f"receive of the class payloads over {comm.group_label('leaders', self.leaders)}"):
+            for work in self._work:
+                work.wait()
+        self._work = []
+
+    def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        """The part's step on the round's payloads; then each party's reply is sent. `excluded`: [P] bool, the
+        parties whose upload the server's check left out this round (aggregation/upload_check.py); they, and a
+        party whose class payload is not finite, are left out of the step as well: their rows are neither
+        corrected nor a negative of the others' (they get their own back), their summary is not relayed."""
+        if not self.due:
+            return
+        self.answer(r, lr, state, excluded)
+        with comm.naming_failures(f"send of the class payloads over {comm.group_label('leaders', self.leaders)}"):
+            for work in [p2p.isend(reply, dst=leader, group=self.leaders, tag=TAG_DOWN)
+                         for reply, leader in zip(self.replies, self._leaders)]:
+                work.wait()
+
+    def answer(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        """The replies of round r (`step`, before they are sent) and the round's log row."""
+        left_out = self.left_out(excluded, r)
+        self.row = None if left_out.all() else {"round": r, **self.answer_kept(left_out, lr, r, state)}
+
+    def answer_kept(self, left_out: np.ndarray, lr: float, r: int, state: dict) -> dict:
+        raise NotImplementedError
+
+    def left_out(self, excluded, r: int | None = None) -> np.ndarray:
+        """[P] bool: excluded by the upload check, or a class payload that is not finite (one reduction each; said
+        in one line when round r is given)."""
+        finite = torch.stack([torch.isfinite(u).all() for u in self.uploads]).cpu().numpy()
+        if r is not None:
+            for k in np.flatnonzero(~finite):
+                print(f"round {r + 1}: the class payload of party {self.names[k]} is not finite: left out of the "
+                      f"round's class step", flush=True)
+        return ~finite | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
+
+    def bytes_per_round(self) -> dict[str, int]:
+        """The last round's class payloads: up to the server, down to the leaders, inside the parties."""
+        if not self.due:
+            return {"up": 0, "down": 0, "intra": 0}
+        item = torch.empty((), dtype=self.dtype).element_size()
+        return {"up": self._sizes[0] * item, "down": self._sizes[1] * item, "intra": self._intra * item}
+
+
+class ServerRows(ServerClasses):
+    """Every party's rows, received straight into their block of the stacked W; each party gets its own back."""
+
+    def __init__(self, part, kit: ServerKit):
+        super().__init__(part, kit)
+        rows, d = kit.counts, kit.d
+        self.W = torch.zeros(sum(rows), d, dtype=kit.dtype, device=kit.device)
+        self.bounds = bounds_of(rows)
+        self.uploads = [self.W[a:b] for a, b in self.bounds]
+        self.replies = self.uploads                     # each party gets its own corrected rows back
+        # the shards gathered on the leader and split from it again (a replicated party: the leader's broadcast)
+        self._intra = 2 * kit.gathered + d * sum(n * (len(p.ranks) - 1) for n, p in zip(rows, kit.parties)
+                                                 if replicated(kit.classifier_mode, len(p.ranks)))
+        self._sized()
+
+    def answer_kept(self, left_out, lr, r, state):
+        return self.step_rows(~left_out, lr, r, state)
+
+    def step_rows(self, kept: np.ndarray, lr: float, r: int, state: dict) -> dict:
+        """The part's step on the kept parties' rows (all of W in place, or a copy of the kept ones written back)."""
+        if kept.all():
+            return self.part.step(self.W, self.bounds, lr, r, state)
+        parties = np.flatnonzero(kept)
+        W = torch.cat([self.uploads[k] for k in parties])
+        row = self.part.step(W, bounds_of([self.uploads[k].shape[0] for k in parties]), lr, r, state)
+        for k, (a, b) in zip(parties, bounds_of([self.uploads[k].shape[0] for k in parties])):
+            self.uploads[k].copy_(W[a:b])
+        return row
+
+
+class ServerSummaries(ServerClasses):
+    """Every party's summary; each party gets the other parties' summaries, in party order."""
+
+    def __init__(self, part, kit: ServerKit):
+        super().__init__(part, kit)
+        P = len(kit.parties)
+        q, width = part.summary_shape(kit.d)
+        self.summaries = torch.zeros(P, q, width, dtype=kit.dtype, device=kit.device)
+        self.replied = torch.zeros(P, (P - 1) * q, width, dtype=kit.dtype, device=kit.device)
+        self.uploads, self.replies = list(self.summaries.unbind(0)), list(self.replied.unbind(0))
+        # the shards gathered on the leader, the other parties' summaries broadcast to the party's ranks
+        self._intra = kit.gathered + sum(len(p.ranks) - 1 for p in kit.parties) * (P - 1) * q * width
+        self._sized()
+
+    def answer_kept(self, left_out, lr, r, state):
+        for k in np.flatnonzero(left_out):
+            self.summaries[k].zero_()          # a row whose last value is 0 holds no cluster
+        return self.part.relay(self.summaries, self.replied, r, state)
