@@ -47,9 +47,21 @@ CPU_RATIONALE = (
     "FedAvgM beta = 0.9, 300 rounds with an evaluation every 20: a probe of 60 rounds measured 0.40 s a round and "
     "1.8 s an evaluation of the 1000 test images, about 160 s a run with its start, and 16 runs.")
 
+GPU_BASE = HsuScale(
+    common=("clients.population=100", "clients.images=500", "clients.train_images=50000", "clients.test_images=10000",
+            "optim.batch_size=64", "clients.epochs=1", "clients.ranks=1", "run.device=cuda"),
+    alpha=(100.0, 0.0), fraction=(0.1,), beta=(0.9,), eta_eff=(0.01, 0.02, 0.05, 0.1, 0.2), seeds=(0,))
+GPU_RATIONALE = (
+    "Hsu et al.'s client size on one GPU (jobs/hsu_gpu.py, `make hsu-gpu`): M = 100 clients of 500 synthetic images, "
+    "B = 64, E = 1 (8 local steps), C = 0.1, one trainer rank whose round's clients train as one batch "
+    "(clients.cohort=auto); each rule at the eta_eff the CPU's long stage chose on its tuning seed (no tuning at "
+    "this scale: the 9 minutes hold one seed of the four runs), as many rounds as a probe says fit.")
+
 SCALES = {
     "cpu": LongScale(base=HSU_SCALES["cpu"], tuned="docs/results/hsu-cpu", rounds=300, every=20, fraction=0.1,
                      beta=0.9, recheck=(0.0,), rationale=CPU_RATIONALE),
+    "gpu": LongScale(base=GPU_BASE, tuned="docs/results/hsu-cpu-long", rounds=1000, every=100, fraction=0.1,
+                     beta=0.9, recheck=(), rationale=GPU_RATIONALE),
     "tiny": LongScale(base=HSU_SCALES["tiny"], tuned="", rounds=4, every=2, fraction=0.5, beta=0.9, recheck=(0.0,),
                       rationale="The smallest long stage that fills every table: a pipeline test, not a result."),
 }
@@ -84,7 +96,7 @@ def _runs(scale: LongScale, plan: dict[tuple[str, float], tuple[float, ...]], se
 
 def study(scale: LongScale) -> list[RunSpec]:
     """The tuning stage: the chosen eta_eff (with its neighbours where re-checked) on the tuning seed. Without a
-    tuned folder (the tiny scale) every eta_eff of the grid."""
+    tuned folder (the tiny scale) the grid's first eta_eff stands for the chosen one."""
     base = scale.hsu
     if scale.tuned:
         chosen = chosen_eta_eff(scale.tuned, base.seeds[0], scale.fraction, scale.beta)
