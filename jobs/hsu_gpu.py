@@ -53,16 +53,14 @@ def probe_round_s(scale: str, folder: Path) -> float:
 
     from fedmpi.store.h5log import LogReader
     from jobs.hsu_long import SCALES, study
+    from jobs.mpirun import mpirun
 
     spec = study(SCALES[scale])[0]
     log_dir = folder / "probe"
-    argv = [sys.executable, "-m", "fedmpi.run", "--config", spec.config, *spec.overrides,
-            f"clients.rounds={PROBE_ROUNDS}", f"eval.every={PROBE_ROUNDS}", f"data.root={folder / 'data'}",
-            f"log.dir={log_dir}", "log.name=probe"]
-    from jobs.mpirun import mpirun
-
+    args = ["-m", "fedmpi.run", "--config", spec.config, *spec.overrides, f"clients.rounds={PROBE_ROUNDS}",
+            f"eval.every={PROBE_ROUNDS}", f"data.root={folder / 'data'}", f"log.dir={log_dir}", "log.name=probe"]
     ranks = 1 + int(next(o for o in reversed(spec.overrides) if o.startswith("clients.ranks=")).split("=")[1])
-    proc = mpirun(ranks, argv[1:], timeout=300)
+    proc = mpirun(ranks, args, timeout=300)
     if proc.returncode:
         raise SystemExit(f"the probe failed:\n{proc.stderr[-2000:]}")
     with LogReader(log_dir / "probe" / "log.h5") as log:
@@ -86,13 +84,16 @@ def main(argv=None) -> int:
         return 0
     printed = []
     for what, cmd, limit in plan(args.scale, args.folder, args.out):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-        printed.append((what, " ".join(cmd[1:]), proc.returncode, proc.stdout + proc.stderr))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+            printed.append((what, " ".join(cmd[1:]), proc.returncode, proc.stdout + proc.stderr))
+        except subprocess.TimeoutExpired as exc:   # its part of the 9 minutes is spent: the runs still get theirs
+            output = (exc.stdout or b"").decode() + (exc.stderr or b"").decode()
+            printed.append((what, " ".join(cmd[1:]), 124, output + f"\n(stopped after {limit:.0f} s)"))
     round_s = probe_round_s(args.scale, args.folder)
     rounds = rounds_that_fit(args.budget_s - (time.monotonic() - started), round_s)
     print(f"a round: {round_s:.3f} s (probe of {PROBE_ROUNDS}); each run: {rounds} rounds", file=sys.stderr)
-    (what, cmd, _), = plan(args.scale, args.folder, args.out, rounds)[-1:]
-    code = subprocess.run(cmd).returncode
+    code = subprocess.run(plan(args.scale, args.folder, args.out, rounds)[-1][1]).returncode
     append_printed(args.out, printed, round_s, rounds)
     return code or max((p[2] for p in printed), default=0)
 
@@ -103,7 +104,7 @@ def append_printed(out: Path, printed: list, round_s: float, rounds: int) -> Non
 
     text = out.read_text()
     head, sep, tail = text.partition(HAND_WRITTEN)
-    lines = [f"## What sized the runs", "", f"A probe of {PROBE_ROUNDS} rounds took {round_s:.3f} s a round; each "
+    lines = ["## What sized the runs", "", f"A probe of {PROBE_ROUNDS} rounds took {round_s:.3f} s a round; each "
              f"run got {rounds} rounds.", ""]
     for what, cmd, code, output in printed:
         lines += [f"## `python {cmd}` (exit {code})", "", "```", output.strip()[-6000:], "```", ""]
