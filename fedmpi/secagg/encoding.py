@@ -53,39 +53,51 @@ class Encoding:
         return int(round(weight * self.levels))
 
     def encode(self, x: np.ndarray, weight: float = 1.0, rng: np.random.Generator | None = None) -> np.ndarray:
-        """[q_w | e(w_q x)] as self.dtype, m + 1 entries. Stochastic rounding (unbiased) draws from `rng`, which
-        need not be secret; None rounds to nearest."""
+        """[q_w | e(w_q x)] as self.dtype, m + 1 entries. Stochastic rounding floor(a + u), u ~ U[0, 1) (unbiased:
+        up with probability frac(a)) draws from `rng`, which need not be secret; None rounds to nearest."""
         x = np.asarray(x).reshape(-1)
         q = self.weight_levels(weight)
         out = np.empty(x.size + 1, dtype=self.dtype)
         out[0] = q
-        body = out[1:]
+        body, a = out[1:], np.empty(min(BLOCK, x.size))
+        noise = np.empty(a.size, dtype=np.float32)     # 2^-24 resolution: a bias below 2^-24 of a step
         for s in range(0, x.size, BLOCK):
-            a = np.clip(x[s:s + BLOCK].astype(np.float64) * (q / self.levels), -self.clip, self.clip) \
-                * (self.levels / (2 * self.clip))
-            e = np.floor(a) + (rng.random(a.size) < a - np.floor(a)) if rng is not None else np.rint(a)
-            body[s:s + BLOCK] = self._to_ring(e.astype(np.int64))
+            n = min(BLOCK, x.size - s)
+            piece = a[:n]
+            np.multiply(x[s:s + n], q / self.levels, out=piece)
+            np.clip(piece, -self.clip, self.clip, out=piece)
+            piece *= self.levels / (2 * self.clip)
+            if rng is not None:
+                piece += rng.random(dtype=np.float32, out=noise[:n])
+                np.floor(piece, out=piece)
+            else:
+                np.rint(piece, out=piece)
+            body[s:s + n] = self._to_ring(piece.astype(np.int64))
         return out
 
     def _to_ring(self, e: np.ndarray) -> np.ndarray:
-        """Signed integers -> their residues mod R in this encoding's words."""
-        return (e.view(np.uint64) & np.uint64(self.modulus - 1)).astype(self.dtype, copy=False)
+        """Signed integers -> their residues mod R in this encoding's words (the cast wraps mod the word size,
+        which R divides)."""
+        words = e.astype(self.dtype) if self.dtype == np.uint32 else e.view(np.uint64)
+        return words & self.dtype.type(self.modulus - 1)
 
     def check_sum_fits(self, count: int) -> None:
         if count > self.participants:
             raise ValueError(f"{count} inputs summed in a ring sized for {self.participants}: the sum could wrap")
 
-    def decode(self, total: np.ndarray, count: int) -> tuple[np.ndarray, float]:
-        """(Σ w_q x as float64, Σ w_q) from the sum of `count` encoded vectors."""
+    def decode(self, total: np.ndarray, count: int, out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """(Σ w_q x, Σ w_q) from the sum of `count` encoded vectors; `out` (float64 unless given) receives the
+        first. The residues are centred to (-R/2, R/2] by shifting the modulus' top bit to the word's sign bit."""
         self.check_sum_fits(count)
         weight = int(total[0]) / self.levels
         body = total[1:]
-        if self.bits == 64:
-            signed = body.view(np.int64)
-        else:
-            signed = body.astype(np.int64)
-            signed[signed >= self.modulus >> 1] -= self.modulus
-        return signed.astype(np.float64) * self.step, weight
+        out = np.empty(body.size) if out is None else out
+        shift = 8 * self.dtype.itemsize - self.bits
+        signed = np.int32 if self.dtype == np.uint32 else np.int64
+        for s in range(0, body.size, BLOCK):
+            piece = (body[s:s + BLOCK] << self.dtype.type(shift)).view(signed) >> shift
+            np.multiply(piece, self.step, out=out[s:s + BLOCK])
+        return out, weight
 
     def error_bound(self, count: int, weight_sum: float) -> float:
         """|decoded mean - Σ w_q x_clipped / Σ w_q| per entry: each input's rounding is below one step Δ."""
