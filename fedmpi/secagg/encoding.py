@@ -54,17 +54,20 @@ class Encoding:
 
     def encode(self, x: np.ndarray, weight: float = 1.0, rng: np.random.Generator | None = None) -> np.ndarray:
         """[q_w | e(w_q x)] as self.dtype, m + 1 entries. Stochastic rounding floor(a + u), u ~ U[0, 1) (unbiased:
-        up with probability frac(a)) draws from `rng`, which need not be secret; None rounds to nearest."""
+        up with probability frac(a)) draws from `rng`, which need not be secret; None rounds to nearest.
+        `clipped` then counts the entries of w_q x beyond [-c, c]."""
         x = np.asarray(x).reshape(-1)
         q = self.weight_levels(weight)
         out = np.empty(x.size + 1, dtype=self.dtype)
         out[0] = q
         body, a = out[1:], np.empty(min(BLOCK, x.size))
         noise = np.empty(a.size, dtype=np.float32)     # 2^-24 resolution: a bias below 2^-24 of a step
+        self.clipped = 0
         for s in range(0, x.size, BLOCK):
             n = min(BLOCK, x.size - s)
             piece = a[:n]
             np.multiply(x[s:s + n], q / self.levels, out=piece)
+            self.clipped += int(np.count_nonzero(np.abs(piece) > self.clip))
             np.clip(piece, -self.clip, self.clip, out=piece)
             piece *= self.levels / (2 * self.clip)
             if rng is not None:

@@ -97,18 +97,19 @@ class Session:
         self._enough(answers, "unmask")
         for u in self.u3 - set(answers):
             self.dropped_at[u] = "unmask"
-        total = self.sum
-        for v in sorted(self.u3):
-            seed = self._reconstruct(v, answers, "self-mask seed",
-                                     lambda s, v=v: keys.commitment(self.sid, v, s) == self.commitments[v])
+        seeds = {v: self._reconstruct(v, answers, "self-mask seed",
+                                      lambda s, v=v: keys.commitment(self.sid, v, s) == self.commitments[v])
+                 for v in sorted(self.u3)}
+        private = {v: keys.private_from(self._reconstruct(
+                       v, answers, "mask key", lambda s, v=v: keys.public_bytes(keys.private_from(s)) == self.keys[v][1]))
+                   for v in sorted(self.u2 - self.u3)}
+        total = self.sum          # every secret reconstructed and checked: only now is any mask removed
+        for v, seed in seeds.items():
             masks.apply(total, keys.derive(seed, self.sid, "self", v), self.bits, -1)
-        for v in sorted(self.u2 - self.u3):
-            raw = self._reconstruct(v, answers, "mask key",
-                                    lambda s, v=v: keys.public_bytes(keys.private_from(s)) == self.keys[v][1])
-            private = keys.private_from(raw)
+        for v, key_v in private.items():
             for w in (w for w in self.mixed[v] if w in self.u3):     # w masked with v: remove PRG(k_wv)
-                key = keys.pair_key(private, self.keys[w][1], self.sid, "pair", v, w)
-                masks.apply(total, key, self.bits, -1 if w < v else 1)
+                masks.apply(total, keys.pair_key(key_v, self.keys[w][1], self.sid, "pair", v, w), self.bits,
+                            -1 if w < v else 1)
         if self.bits < 8 * total.itemsize:
             np.bitwise_and(total, total.dtype.type((1 << self.bits) - 1), out=total)
         self.sum = None

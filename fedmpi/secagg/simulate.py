@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 
+from fedmpi.secagg.errors import ProtocolError
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.server import Session
 
@@ -27,9 +28,27 @@ def run_round(inputs: dict[int, np.ndarray], bits: int, threshold: int, degree: 
 
     people = {u: Participant(u, bits) for u in inputs}
     sid, peers = session.receive_keys({u: people[u].advertise() for u in attend("advertise")})
-    routed = session.route_shares({u: people[u].share_keys(sid, threshold, peers[u]) for u in attend("share keys")})
+    sent = {}
+    for u in attend("share keys"):
+        try:
+            sent[u] = people[u].share_keys(sid, threshold, peers[u])
+        except ProtocolError:      # fewer than t of its neighbours advertised: it leaves the round (as Flower's)
+            present.discard(u)
+    routed = session.route_shares(sent)
     for u in attend("masked input"):
         session.receive_masked(u, people[u].masked_input(routed[u], inputs[u]))
     survivors, dropped = session.close_masked()
     answers = {u: people[u].unmask(survivors, dropped) for u in attend("unmask")}
     return session.unmask(answers), session
+
+
+def draw_dropouts(participants: list[int], rate: float, rng: random.Random) -> dict[str, set[int]]:
+    """stage -> who misses it: each participant misses each stage with probability `rate`, independently, until
+    it has missed one (a simulated client that went away; the server learns it only by its silence)."""
+    drop: dict[str, set[int]] = {stage: set() for stage in STAGES}
+    for u in sorted(participants):
+        for stage in STAGES:
+            if rng.random() < rate:
+                drop[stage].add(u)
+                break
+    return drop

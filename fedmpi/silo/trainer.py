@@ -19,6 +19,7 @@ from fedmpi.core.schedule import evaluation_due
 from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.classes import PartyClasses
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local, send_weight
+from fedmpi.silo.secure_upload import SecureUpload
 from fedmpi.silo.party_gradients import COMPRESSION, PartyGradients, party_ddp
 from fedmpi.silo.precision import Precision
 from fedmpi.silo.step_speed import StepSpeed
@@ -59,6 +60,7 @@ class Trainer:
             self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
+        self.secure = SecureUpload.build(cfg, ctx, self.party, self.state.numel) if self.is_leader else None
         self.take_global()
         group = self.groups.party
         o = cfg.optim
@@ -250,7 +252,10 @@ class Trainer:
                     scale_update(self.up.trainable, self.down.trainable, self.attack)
                 if self.algorithm.weighs_parties:   # the party's weight first: the server aggregates with it
                     send_weight(self.control, r, self.objective.weight())
-                send_local(self.up.flat, self.groups.leaders)
+                if self.secure:   # masked, over the secure-aggregation session (silo/secure_upload.py)
+                    self.secure.upload(r, self.up.flat, self.down.flat)
+                else:
+                    send_local(self.up.flat, self.groups.leaders)
             if self.classes:
                 self.classes.upload(r)
             if self.personal_evaluation is not None and evaluation_due(r, self.cfg.eval.every, self.cfg.rounds):

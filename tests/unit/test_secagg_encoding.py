@@ -18,6 +18,7 @@ def test_known_encodings_and_saturation():
     words = enc.encode(np.array([0.0, 8.0, -8.0, 9.0, -100.0, 1.0]))
     assert words.dtype == np.uint32
     assert words.tolist() == [T, 0, T // 2, enc.modulus - T // 2, T // 2, enc.modulus - T // 2, T // 16]
+    assert enc.clipped == 2                    # 9.0 and -100.0: the leader's note counts them
 
 
 @pytest.mark.parametrize("n, bits, dtype", [(1, 23, np.uint32), (3, 24, np.uint32), (1000, 32, np.uint32),

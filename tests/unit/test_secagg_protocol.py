@@ -11,7 +11,7 @@ from fedmpi.secagg import ProtocolError, shares
 from fedmpi.secagg.encoding import Encoding
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.server import Session
-from fedmpi.secagg.simulate import run_round
+from fedmpi.secagg.simulate import draw_dropouts, run_round
 
 
 def plain_sum(inputs, ids, bits):
@@ -158,3 +158,26 @@ def test_secagg_plus_graph_is_k_regular():
     assert all(u in session.neighbours[v] for u in session.neighbours for v in session.neighbours[u])
     with pytest.raises(ValueError, match="threshold 14 exceeds the 13 share holders"):
         Session(0, list(range(1, 101)), 14, 32, 1, degree=12)
+
+
+def test_a_cohort_of_100_with_random_dropouts_sums_its_survivors_or_refuses():
+    """SecAgg+ (k = 12, t = 6: FCP's finder for 5 % corrupt, 5 % dropped) over 100 clients, each missing each stage
+    with probability p: the round gives exactly the survivors' sum and logs who dropped where, or refuses whole."""
+    rng = np.random.default_rng(11)
+    inputs = random_inputs(rng, 100, 30, 32)
+    outcomes = []
+    for seed, rate in [(0, 0.05), (1, 0.1), (2, 0.6)]:
+        drop = draw_dropouts(list(inputs), rate, random.Random(seed))
+        try:
+            total, session = run_round(inputs, 32, 6, degree=12, drop=drop, rng=random.Random(seed))
+        except ProtocolError as exc:
+            assert "the round is not unmasked" in str(exc)
+            outcomes.append("refused")
+            continue
+        counted = sorted(session.u3)
+        assert total.tolist() == plain_sum(inputs, counted, 32).tolist()
+        missed = {u: stage for stage, ids in drop.items() for u in ids}
+        assert {u: s for u, s in session.dropped_at.items() if u in missed} == missed
+        assert set(counted) == set(inputs) - {u for u, s in session.dropped_at.items() if s != "unmask"}
+        outcomes.append(len(counted))
+    assert outcomes == [82, 66, "refused"]      # 60 % per stage: some client's secret keeps fewer than t holders

@@ -1,0 +1,52 @@
+"""`fed.secure_aggregation` checked before any rank starts (fedmpi/config/secure_aggregation.py): the rules that
+compose are accepted with the modulus bits derived, and what needs each party's upload, sends something a sum
+cannot carry, or could wrap is refused in one line naming the key and the reason."""
+import pytest
+
+from fedmpi.config import ConfigError, load_config
+from fedmpi.config.secure_aggregation import COMPOSES
+from fedmpi.silo.secure_upload import encoding
+
+ON = ["fed.secure_aggregation.mode=secagg", "fv.enabled=false"]
+MODE = "fed.secure_aggregation.mode: "
+
+
+@pytest.mark.parametrize("rule", COMPOSES)
+def test_every_composing_rule_is_accepted(rule):
+    cfg = load_config(None, [*ON, f"fed.algorithm={rule}"])
+    assert encoding(cfg).bits == 24            # 3 parties x 2^22 levels: ceil(log2(3 * 2^22 + 1))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fv.enabled=true"], MODE + "Federated Validation scores each party's theta_i, which the server no longer sees"),
+    (["fed.aggregation.rule=median"], MODE + "fed.aggregation.rule=median needs each upload; the server sees only "
+                                             "their sum: use rule mean"),
+    (["fed.algorithm=fedavg", "fed.dp.enabled=true"], MODE + "fed.dp adds its noise on the server after seeing each "
+                                                            "upload; distributed DP"),
+    (["fed.algorithm=fedaws"], MODE + "fedaws sends each party's class embeddings"),
+    (["fed.algorithm=fedgc"], MODE + "fedgc sends each party's class embeddings"),
+    (["fed.algorithm=mime_lite"], MODE + "mime_lite's server step needs more than the parties' weighted sum"),
+    (["fed.setting=centralized"], MODE + "needs at least two parties in fed.setting=federated"),
+    (["fed.secure_aggregation.clipping_range=0"], "fed.secure_aggregation.clipping_range must be a positive number"),
+    (["fed.secure_aggregation.quantization_bits=53"],
+     "fed.secure_aggregation.quantization_bits must be an integer in [1, 52], got 53"),
+    (["fed.secure_aggregation.threshold=4"], "fed.secure_aggregation.threshold: must lie in [2, 3]"),
+    (["fed.secure_aggregation.mode=secagg+", "fed.secure_aggregation.neighbours=1"],
+     "fed.secure_aggregation.neighbours: must be even and at least 2"),
+])
+def test_what_cannot_be_served_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*ON, *overrides])
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_sum_of_2000_parties_at_52_bits_would_wrap_and_is_refused():
+    parties = ", ".join(f"{{name: p{i}, ranks: 1}}" for i in range(4100))
+    with pytest.raises(ConfigError, match=r"^fed.secure_aggregation: 4100 participants x 2\^52 levels need 65-bit "
+                                          r"sums, more than 64 could hold without wrapping"):
+        load_config(None, [*ON, f"parties=[{parties}]", "fed.secure_aggregation.quantization_bits=52"])
+
+
+def test_cross_device_is_refused_until_its_cohort_masks():
+    with pytest.raises(ConfigError, match="^fed.secure_aggregation.mode: the cross-device cohort's masking"):
+        load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg"])
