@@ -103,7 +103,8 @@ def main(argv=None) -> None:
               f"| {up:,} / {4 * m:,} = {up / (4 * m):.4f}")
         if args.round_seconds:
             added = best["keys"] + (best["encode"] + best["mask"]) / n + server
-            print(f"         a round adds {added:.2f} s: {100 * added / args.round_seconds:.1f} % of {args.round_seconds} s")
+            share = 100 * added / args.round_seconds
+            print(f"         a round adds {added:.2f} s: {share:.1f} % of {args.round_seconds} s")
 
 
 if __name__ == "__main__":

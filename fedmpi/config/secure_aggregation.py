@@ -33,8 +33,9 @@ class SecureAggregationConfig:
         why = refusal(cfg)
         if why:
             fail(f"{KEY}.mode", why)
-        n = len(cfg.parties)
+        from fedmpi.config.aggregation import uploads
         from fedmpi.secagg.encoding import Encoding
+        n = uploads(cfg)
         try:
             Encoding(self.clipping_range, self.quantization_bits, n, KEY)
         except ConfigError as exc:
@@ -43,8 +44,8 @@ class SecureAggregationConfig:
         if degree is not None and (degree < 2 or degree % 2):
             fail(f"{KEY}.neighbours", f"must be even and at least 2 (a k-regular ring), got {self.neighbours}")
         if not 2 <= self.threshold_for(n) <= (degree or n - 1) + 1:
-            fail(f"{KEY}.threshold", f"must lie in [2, {(degree or n - 1) + 1}] (a party's neighbours and itself "
-                                     f"hold its shares), got {self.threshold}")
+            fail(f"{KEY}.threshold", f"must lie in [2, {(degree or n - 1) + 1}] (a participant's neighbours and "
+                                     f"itself hold its shares), got {self.threshold}")
 
     def degree(self, n: int) -> int | None:
         """SecAgg+'s k, or None where every party masks with every other."""
@@ -56,10 +57,10 @@ class SecureAggregationConfig:
 
 def refusal(cfg) -> str:
     """Why secure aggregation cannot serve this run, or ''."""
-    if cfg.cross_device:
-        return "the cross-device cohort's masking (each virtual client a participant) is not built: use the silo parties"
-    if cfg.fed.setting != "federated" or len(cfg.parties) < 2:
-        return "needs at least two parties in fed.setting=federated: a sum of one upload is that upload"
+    from fedmpi.config.aggregation import uploads
+    if cfg.fed.setting != "federated" or uploads(cfg) < 2:
+        return ("needs at least two participants (parties, or clients per round) in fed.setting=federated: a sum "
+                "of one upload is that upload")
     if fv_runs(cfg):
         return ("Federated Validation scores each party's theta_i, which the server no longer sees: set "
                 "fv.enabled=false (FedFace's FV cannot run under secure aggregation, docs/BASELINES.md)")
@@ -70,6 +71,9 @@ def refusal(cfg) -> str:
         return ("fed.dp adds its noise on the server after seeing each upload; distributed DP (each party noising "
                 "before masking) is not built: set fed.dp.enabled=false")
     rule = algorithm_class(cfg)
+    if cfg.cross_device and rule.client_state:
+        return (f"{rule.name}'s clients' states ({', '.join(rule.client_state)}) are kept by the server, one per "
+                f"client, in the clear: use a stateless rule across devices")
     if rule.class_payload:
         return (f"{rule.name} sends each party's class embeddings (or their summaries) for a step on every row, "
                 f"which a sum cannot give: use one of {', '.join(COMPOSES)}")

@@ -52,7 +52,7 @@ def pair_key(own: X25519PrivateKey, peer_public: bytes, sid: bytes, purpose: str
 
 
 def session_id(round_index: int, keys: dict[int, tuple[bytes, bytes]]) -> bytes:
-    """SHA-256(label ‖ r ‖ for u in sorted order: u ‖ c_u^PK ‖ s_u^PK): binds the round and every key advertised."""
+    """SHA-256(label ‖ r ‖ for u in sorted order: u ‖ c_u^PK ‖ s_u^PK): binds the round and every key."""
     h = hashlib.sha256(LABEL)
     h.update(ids(round_index))
     for u in sorted(keys):

@@ -23,7 +23,8 @@ def apply(out: np.ndarray, key: bytes, bits: int, sign: int = 1) -> np.ndarray:
     modulus_mask = words.type((1 << bits) - 1)
     for s in range(0, out.size, BLOCK):
         piece = out[s:s + BLOCK]
-        mask = np.frombuffer(stream.update(zeros if piece.nbytes == len(zeros) else zeros[:piece.nbytes]), dtype=words.newbyteorder("<"))
+        plain = zeros if piece.nbytes == len(zeros) else zeros[:piece.nbytes]
+        mask = np.frombuffer(stream.update(plain), dtype=words.newbyteorder("<"))
         if sign > 0:
             np.add(piece, mask, out=piece)
         else:

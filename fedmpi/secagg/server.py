@@ -42,11 +42,11 @@ class Session:
         for u, pair in advertised.items():
             if u not in self.neighbours or len(pair) != 2 or any(len(k) != 32 for k in pair):
                 raise ProtocolError(f"participant {u}: not sampled this round, or its public keys are not 2 x 32 bytes")
+        for u in advertised:
+            self.dropped_at.pop(u)
         self._enough(advertised, "advertise")
         self.keys = dict(advertised)
         self.u1 = set(advertised)
-        for u in self.u1:
-            self.dropped_at.pop(u)
         self.sid = keys.session_id(self.round, self.keys)
         return self.sid, {u: {v: self.keys[v] for v in (self.neighbours[u] & self.u1) | {u}} for u in self.u1}
 
@@ -54,11 +54,12 @@ class Session:
         """R1 -> R2: each responder's sealed boxes to their addressees that shared too (v -> {u: box})."""
         for u, (boxes, _) in sent.items():
             if u not in self.u1 or any(v not in self.neighbours[u] or v not in self.u1 for v in boxes):
-                raise ProtocolError(f"participant {u}: shares from or to a participant outside its advertised neighbours")
+                raise ProtocolError(f"participant {u}: shares from or to a participant outside its advertised "
+                                    f"neighbours")
         self.u2 = set(sent)
-        self._enough(self.u2, "share keys")
         for u in self.u1 - self.u2:
             self.dropped_at[u] = "share keys"
+        self._enough(self.u2, "share keys")
         self.commitments = {u: c for u, (_, c) in sent.items()}
         self.mixed = {v: sorted(u for u in self.u2 if v in sent[u][0]) for v in self.u2}   # V_v
         self.u3: set[int] = set()
@@ -69,9 +70,15 @@ class Session:
     def receive_masked(self, u: int, y: np.ndarray) -> None:
         """R2: one masked vector, added into the running sum. Late, duplicate, wrong-length or out-of-range
         vectors are refused, naming the participant."""
+        self.receive_masked_sum([u], y)
+
+    def receive_masked_sum(self, members: list[int], y: np.ndarray) -> None:
+        """R2: the sum mod 2^bits of several participants' masked vectors (a trainer rank's clients: what it adds
+        up is masked already); refused as one participant's vector is, naming the first member."""
+        u = members[0] if members else None
         if not getattr(self, "_open", False):
             raise ProtocolError(f"participant {u}: masked input arrived after the masked-input stage closed")
-        if u not in self.u2 or u in self.u3:
+        if any(v not in self.u2 or v in self.u3 for v in members) or len(set(members)) != len(members):
             raise ProtocolError(f"participant {u}: masked input without shared keys, or sent twice")
         if y.shape != (self.length,) or y.dtype != self.sum.dtype:
             raise ProtocolError(f"participant {u}: masked vector of {y.size} {y.dtype} entries, expected "
@@ -79,14 +86,14 @@ class Session:
         if self.bits < 8 * y.itemsize and np.any(y >> y.dtype.type(self.bits)):
             raise ProtocolError(f"participant {u}: masked vector has entries >= 2^{self.bits}, the modulus")
         np.add(self.sum, y, out=self.sum)         # wraps mod 2^32 / 2^64, which 2^bits divides
-        self.u3.add(u)
+        self.u3.update(members)
 
     def close_masked(self) -> tuple[list[int], list[int]]:
         """R2 -> R4: (U3, D), what every survivor is asked to unmask."""
         self._open = False
-        self._enough(self.u3, "masked input")
         for u in self.u2 - self.u3:
             self.dropped_at[u] = "masked input"
+        self._enough(self.u3, "masked input")
         return sorted(self.u3), sorted(self.u2 - self.u3)
 
     def unmask(self, answers: dict[int, dict[int, bytes]]) -> np.ndarray:
@@ -94,14 +101,15 @@ class Session:
         stray = [u for u in answers if u not in self.u3]
         if stray:
             raise ProtocolError(f"participant {stray[0]}: unmasking shares from a participant not among the survivors")
-        self._enough(answers, "unmask")
         for u in self.u3 - set(answers):
             self.dropped_at[u] = "unmask"
+        self._enough(answers, "unmask")
         seeds = {v: self._reconstruct(v, answers, "self-mask seed",
                                       lambda s, v=v: keys.commitment(self.sid, v, s) == self.commitments[v])
                  for v in sorted(self.u3)}
-        private = {v: keys.private_from(self._reconstruct(
-                       v, answers, "mask key", lambda s, v=v: keys.public_bytes(keys.private_from(s)) == self.keys[v][1]))
+        def is_key(v):
+            return lambda s: keys.public_bytes(keys.private_from(s)) == self.keys[v][1]
+        private = {v: keys.private_from(self._reconstruct(v, answers, "mask key", is_key(v)))
                    for v in sorted(self.u2 - self.u3)}
         total = self.sum          # every secret reconstructed and checked: only now is any mask removed
         for v, seed in seeds.items():

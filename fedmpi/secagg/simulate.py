@@ -42,13 +42,19 @@ def run_round(inputs: dict[int, np.ndarray], bits: int, threshold: int, degree: 
     return session.unmask(answers), session
 
 
+def missed_stage(rate: float, rng) -> str | None:
+    """The first stage a participant misses, each with probability `rate` independently, or None (it stays)."""
+    for stage in STAGES:
+        if rng.random() < rate:
+            return stage
+    return None
+
+
 def draw_dropouts(participants: list[int], rate: float, rng: random.Random) -> dict[str, set[int]]:
-    """stage -> who misses it: each participant misses each stage with probability `rate`, independently, until
-    it has missed one (a simulated client that went away; the server learns it only by its silence)."""
+    """stage -> who misses it (a simulated client that went away; the server learns it only by its silence)."""
     drop: dict[str, set[int]] = {stage: set() for stage in STAGES}
     for u in sorted(participants):
-        for stage in STAGES:
-            if rng.random() < rate:
-                drop[stage].add(u)
-                break
+        stage = missed_stage(rate, rng)
+        if stage:
+            drop[stage].add(u)
     return drop

@@ -15,8 +15,8 @@ from fedmpi import comm
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.server import Session
 from fedmpi.silo.exchange import SiloExchange, broadcast_global
-from fedmpi.silo.secure_upload import (TAG_ASK, TAG_KEYS, TAG_MASKED, TAG_ROUTED, TAG_SETUP, TAG_SHARES,
-                                       TAG_UNMASK, encoding)
+from fedmpi.secagg.uploads import encoding, mean_into
+from fedmpi.silo.secure_upload import TAG_ASK, TAG_KEYS, TAG_MASKED, TAG_ROUTED, TAG_SETUP, TAG_SHARES, TAG_UNMASK
 
 
 class SecureSiloExchange(SiloExchange):
@@ -81,11 +81,7 @@ class SecureSiloExchange(SiloExchange):
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
         """ref + Σ w_i (u_i − ref) / Σ w_i; `w` is the fixed weighting the parties applied before masking (their
         q_w / T, equal to it within 2^-bits)."""
-        mean = torch.from_numpy(self._mean)
-        D = self.backbone
-        out[:D] = self._theta + mean[:D]
-        out[D:] = mean[D:]
-        return out
+        return mean_into(out, self._theta, self._mean)
 
     def send(self, down: torch.Tensor) -> None:
         self._theta.copy_(down[:self.backbone])      # the ref the leaders' next updates are measured from

@@ -10,15 +10,10 @@ import torch
 
 from fedmpi import comm
 from fedmpi.layout import SERVER, party_batches
-from fedmpi.secagg.encoding import Encoding
+from fedmpi.secagg.uploads import deltas, encoding
 from fedmpi.secagg.participant import Participant
 
 TAG_KEYS, TAG_SETUP, TAG_SHARES, TAG_ROUTED, TAG_MASKED, TAG_ASK, TAG_UNMASK = range(7420, 7427)
-
-
-def encoding(cfg) -> Encoding:
-    s = cfg.fed.secure_aggregation
-    return Encoding(s.clipping_range, s.quantization_bits, len(cfg.parties))
 
 
 def party_weights(cfg, layout) -> np.ndarray:
@@ -28,13 +23,6 @@ def party_weights(cfg, layout) -> np.ndarray:
         return np.ones(len(layout.parties))
     sizes = np.array(list(party_batches(cfg, layout).values()), dtype=np.float64)
     return sizes / sizes.max()
-
-
-def deltas(up: torch.Tensor, down: torch.Tensor, backbone: int) -> np.ndarray:
-    """u_i − ref as float64 on the host: θ_i − Θ over the backbone, the up payloads as they are."""
-    x = up.detach().to("cpu", torch.float64).numpy().copy()
-    x[:backbone] -= down[:backbone].detach().to("cpu", torch.float64).numpy()
-    return x
 
 
 class SecureUpload:

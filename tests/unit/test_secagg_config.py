@@ -5,7 +5,7 @@ import pytest
 
 from fedmpi.config import ConfigError, load_config
 from fedmpi.config.secure_aggregation import COMPOSES
-from fedmpi.silo.secure_upload import encoding
+from fedmpi.secagg.uploads import encoding
 
 ON = ["fed.secure_aggregation.mode=secagg", "fv.enabled=false"]
 MODE = "fed.secure_aggregation.mode: "
@@ -26,7 +26,7 @@ def test_every_composing_rule_is_accepted(rule):
     (["fed.algorithm=fedaws"], MODE + "fedaws sends each party's class embeddings"),
     (["fed.algorithm=fedgc"], MODE + "fedgc sends each party's class embeddings"),
     (["fed.algorithm=mime_lite"], MODE + "mime_lite's server step needs more than the parties' weighted sum"),
-    (["fed.setting=centralized"], MODE + "needs at least two parties in fed.setting=federated"),
+    (["fed.setting=centralized"], MODE + "needs at least two participants (parties, or clients per round)"),
     (["fed.secure_aggregation.clipping_range=0"], "fed.secure_aggregation.clipping_range must be a positive number"),
     (["fed.secure_aggregation.quantization_bits=53"],
      "fed.secure_aggregation.quantization_bits must be an integer in [1, 52], got 53"),
@@ -47,6 +47,19 @@ def test_a_sum_of_2000_parties_at_52_bits_would_wrap_and_is_refused():
         load_config(None, [*ON, f"parties=[{parties}]", "fed.secure_aggregation.quantization_bits=52"])
 
 
-def test_cross_device_is_refused_until_its_cohort_masks():
-    with pytest.raises(ConfigError, match="^fed.secure_aggregation.mode: the cross-device cohort's masking"):
-        load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg"])
+def test_across_devices_the_clients_of_a_round_are_the_participants():
+    cfg = load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg", "clients.dropout=0.1"])
+    assert encoding(cfg).participants == 10 and encoding(cfg).bits == 26    # 10 clients a round x 2^22 levels
+    assert cfg.fed.secure_aggregation.threshold_for(10) == 6
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fed.secure_aggregation.mode=secagg", "fed.algorithm=scaffold"],
+     "fed.secure_aggregation.mode: scaffold's clients' states (control) are kept by the server"),
+    (["clients.dropout=0.1"], "clients.dropout: simulates clients missing a stage of secure aggregation"),
+    (["fed.secure_aggregation.mode=secagg", "clients.dropout=1.0"], "clients.dropout: must be in [0, 1), got 1.0"),
+])
+def test_across_devices_what_cannot_be_served_is_refused(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/hsu_cifar10.yaml", overrides)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
