@@ -67,9 +67,12 @@ def refusal(cfg) -> str:
     if cfg.fed.aggregation.get("rule", "mean") != "mean":
         return (f"fed.aggregation.rule={cfg.fed.aggregation['rule']} needs each upload; the server sees only "
                 f"their sum: use rule mean")
-    if cfg.fed.dp.enabled:
-        return ("fed.dp adds its noise on the server after seeing each upload; distributed DP (each party noising "
-                "before masking) is not built: set fed.dp.enabled=false")
+    if cfg.fed.dp.enabled and cfg.fed.dp.adaptive:
+        return ("fed.dp.adaptive needs the count of unclipped updates, which distributed DP does not sum: set "
+                "fed.dp.adaptive=false")
+    if cfg.fed.dp.enabled and not cfg.cross_device and cfg.fed.weighting != "uniform":
+        return ("distributed DP (fed.dp under secure aggregation) weighs the parties alike: each adds the same "
+                "share of the noise; set fed.weighting=uniform")
     rule = algorithm_class(cfg)
     if cfg.cross_device and rule.client_state:
         return (f"{rule.name}'s clients' states ({', '.join(rule.client_state)}) are kept by the server, one per "

@@ -16,7 +16,7 @@ from fedmpi.layout import SERVER
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.simulate import missed_stage
-from fedmpi.secagg.uploads import deltas, encoding
+from fedmpi.secagg.uploads import deltas, dp_noise_std, dp_share, encoding
 
 TAG_KEYS, TAG_SETUP, TAG_SHARES, TAG_ROUTED, TAG_MASKED, TAG_ASK, TAG_UNMASK = range(7430, 7437)
 
@@ -31,7 +31,9 @@ class SecureClients:
     def __init__(self, cfg, control, sizes: np.ndarray, backbone: int, up_numel: int):
         self.cfg, self.control, self.backbone, self.length = cfg, control, backbone, up_numel + 1
         self.encoding = encoding(cfg)
-        self.weights = sizes / sizes.max()
+        self.noise, self.clip = dp_noise_std(cfg), cfg.fed.dp.clip
+        # DP counts every client once (its sensitivity is C / m); otherwise n_k weighs, as the plain reduction
+        self.weights = np.ones(len(sizes)) if self.noise is not None else sizes / sizes.max()
         self.seed = cfg.fed.secure_aggregation.seed
 
     @staticmethod
@@ -74,7 +76,10 @@ class SecureClients:
         if self.routed is None or u not in self.routed or self.plan[u] == "masked input":
             return
         rng = np.random.default_rng((self.seed, u, self.r))
-        words = self.encoding.encode(deltas(upload, self.down, self.backbone), float(self.weights[k]), rng)
+        x = deltas(upload, self.down, self.backbone)
+        if self.noise is not None:      # distributed DP: clip and add this client's share of the noise
+            dp_share(x, self.clip, self.noise)
+        words = self.encoding.encode(x, float(self.weights[k]), rng)
         np.add(self.partial, self.people[u].masked_input(self.routed[u], words, in_place=True), out=self.partial)
         self.members.append(u)
 

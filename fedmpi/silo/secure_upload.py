@@ -10,7 +10,7 @@ import torch
 
 from fedmpi import comm
 from fedmpi.layout import SERVER, party_batches
-from fedmpi.secagg.uploads import deltas, encoding
+from fedmpi.secagg.uploads import deltas, dp_noise_std, dp_share, encoding
 from fedmpi.secagg.participant import Participant
 
 TAG_KEYS, TAG_SETUP, TAG_SHARES, TAG_ROUTED, TAG_MASKED, TAG_ASK, TAG_UNMASK = range(7420, 7427)
@@ -31,6 +31,7 @@ class SecureUpload:
     def __init__(self, cfg, party, weight: float, backbone: int, control):
         self.encoding, self.weight, self.backbone = encoding(cfg), float(weight), backbone
         self.name, self.warned = party.name, False
+        self.noise, self.clip = dp_noise_std(cfg), cfg.fed.dp.clip
         self.uid, self.control, self.seed = party.index + 1, control, cfg.fed.secure_aggregation.seed
 
     @staticmethod
@@ -49,7 +50,10 @@ class SecureUpload:
 
     def upload(self, r: int, up: torch.Tensor, down: torch.Tensor) -> None:
         rng = np.random.default_rng((self.seed, self.uid, r))
-        words = self.encoding.encode(deltas(up, down, self.backbone), self.weight, rng)
+        x = deltas(up, down, self.backbone)
+        if self.noise is not None:      # distributed DP: clip and add this party's share of the noise
+            dp_share(x, self.clip, self.noise)
+        words = self.encoding.encode(x, self.weight, rng)
         if self.encoding.clipped and not self.warned:   # once a run: the sum then differs from the plain one
             self.warned = True
             print(f"note: round {r + 1}: party {self.name} clipped {self.encoding.clipped} of {words.size - 1} "

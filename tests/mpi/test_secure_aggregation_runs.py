@@ -7,6 +7,8 @@ import h5py
 import pytest
 import torch
 
+from fedmpi.aggregation.accounting import epsilon
+
 from algorithm_harness import checkpoint_parts, declare_rule
 
 C, BITS = 64.0, 30                     # the run's clipping range covers every update here (BN variances too)
@@ -15,6 +17,13 @@ RULES = {"fedavg": ["fed.weighting=batch"], "fedavgm": [], "pfm": [], "fedprox":
          "fedadagrad": [], "scaffold": [], "feddyn": []}
 SECURE = ["fed.secure_aggregation.mode=secagg", f"fed.secure_aggregation.clipping_range={C}",
           f"fed.secure_aggregation.quantization_bits={BITS}"]
+# distributed DP: each party clips at C and adds N(0, (z C)² / P); the mean then carries N(0, (z C / P)²), DP-FedAvg's
+Z, CLIP = 1e-5, 1000.0
+UNIFORM = declare_rule("plain-fedavg-uniform", ["fed.algorithm=fedavg", "fv.enabled=false"])
+DISTRIBUTED_DP = declare_rule("secagg-dp-fedavg", ["fed.algorithm=fedavg", "fv.enabled=false", *[
+    "fed.secure_aggregation.mode=secagg", f"fed.secure_aggregation.clipping_range={C}",
+    f"fed.secure_aggregation.quantization_bits={BITS}", "fed.dp.enabled=true", f"fed.dp.noise_multiplier={Z}",
+    f"fed.dp.clip={CLIP}"]])
 RUNS = {rule: (declare_rule(f"plain-{rule}", [f"fed.algorithm={rule}", "fv.enabled=false", *extra]),
                declare_rule(f"secagg-{rule}", [f"fed.algorithm={rule}", "fv.enabled=false", *extra, *SECURE]))
         for rule, extra in RULES.items()}
@@ -48,3 +57,17 @@ def test_the_log_says_masked_and_counts_the_masked_words(shared_runs):
                                            "sum, their weights summed beside it)")
         words = (p["rounds"]["bytes_up"][0] // 8) // 2 + 1        # 2 parties' float64 uploads; + the weight word
         assert s["rounds"]["bytes_up"][0] == 2 * 4 * words
+
+
+def test_distributed_dp_the_sum_carries_dp_fedavgs_noise_and_its_epsilon(shared_runs):
+    """The parties' updates lie within C here, so round 1's Θ is the plain run's plus the parties' summed noise
+    shares over P = 2: N(0, (z C / 2)²) per entry (measured over its 179,392 entries), and the privacy table
+    reports that noise and the accountant's ε of DP-FedAvg with the same z."""
+    plain, noised = shared_runs[UNIFORM], shared_runs[DISTRIBUTED_DP]
+    a, b = (checkpoint_parts(run, 1)["server.h5"]["theta"] for run in (plain, noised))
+    noise = b - a
+    assert abs(noise.std().item() / (Z * CLIP / 2) - 1) < 0.02 and abs(noise.mean().item()) < 1e-4
+    with h5py.File(noised / "log.h5") as f:
+        privacy = {k: f["privacy"][k][:] for k in ("noise_std", "epsilon")}
+    assert privacy["noise_std"].tolist() == pytest.approx([Z * CLIP / 2] * 2)
+    assert privacy["epsilon"].tolist() == pytest.approx([epsilon(r, Z, 1e-5, 1.0) for r in (1, 2)])

@@ -5,7 +5,9 @@ import pytest
 
 from fedmpi.config import ConfigError, load_config
 from fedmpi.config.secure_aggregation import COMPOSES
-from fedmpi.secagg.uploads import encoding
+import numpy as np
+
+from fedmpi.secagg.uploads import dp_noise_std, dp_share, encoding
 
 ON = ["fed.secure_aggregation.mode=secagg", "fv.enabled=false"]
 MODE = "fed.secure_aggregation.mode: "
@@ -21,8 +23,10 @@ def test_every_composing_rule_is_accepted(rule):
     (["fv.enabled=true"], MODE + "Federated Validation scores each party's theta_i, which the server no longer sees"),
     (["fed.aggregation.rule=median"], MODE + "fed.aggregation.rule=median needs each upload; the server sees only "
                                              "their sum: use rule mean"),
-    (["fed.algorithm=fedavg", "fed.dp.enabled=true"], MODE + "fed.dp adds its noise on the server after seeing each "
-                                                            "upload; distributed DP"),
+    (["fed.algorithm=fedavg", "fed.dp.enabled=true", "fed.dp.adaptive=true", "fed.dp.count_noise=1"],
+     MODE + "fed.dp.adaptive needs the count of unclipped updates, which distributed DP does not sum"),
+    (["fed.algorithm=fedavg", "fed.dp.enabled=true", "fed.weighting=batch"],
+     MODE + "distributed DP (fed.dp under secure aggregation) weighs the parties alike"),
     (["fed.algorithm=fedaws"], MODE + "fedaws sends each party's class embeddings"),
     (["fed.algorithm=fedgc"], MODE + "fedgc sends each party's class embeddings"),
     (["fed.algorithm=mime_lite"], MODE + "mime_lite's server step needs more than the parties' weighted sum"),
@@ -63,3 +67,19 @@ def test_across_devices_what_cannot_be_served_is_refused(overrides, message):
     with pytest.raises(ConfigError) as e:
         load_config("configs/hsu_cifar10.yaml", overrides)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_distributed_dp_shares_add_up_to_the_central_noise():
+    """Each of the P = 3 parties adds N(0, (z C)² / 3): the sum carries DP-FedAvg's N(0, (z C)²); across devices
+    the shares are sized for the threshold t of the clients a round (6 of 10), as fewer may survive."""
+    cfg = load_config(None, [*ON, "fed.algorithm=fedavg", "fed.dp.enabled=true", "fed.dp.clip=2.0",
+                             "fed.dp.noise_multiplier=0.9"])
+    assert dp_noise_std(cfg) == pytest.approx(0.9 * 2.0 / 3 ** 0.5)
+    cross = load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg", "fed.algorithm=fedavg",
+                                                     "fed.dp.enabled=true", "fed.dp.clip=2.0"])
+    assert dp_noise_std(cross) == pytest.approx(1.0 * 2.0 / 6 ** 0.5)
+    x = np.full(400_000, 0.01)                    # norm 6.32: clipped to 2, then noised
+    shared = dp_share(x.copy(), 2.0, 0.5) - 2.0 / np.linalg.norm(x) * x
+    assert abs(shared.std() - 0.5) < 0.005 and abs(shared.mean()) < 0.005
+    small = np.full(4, 0.01)
+    assert np.abs(dp_share(small.copy(), 2.0, 0.0) - small).max() == 0     # within C: kept whole
