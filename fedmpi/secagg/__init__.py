@@ -7,6 +7,7 @@ masks.py     the mask PRG: a ChaCha20 keystream read as uint32 / uint64 words
 shares.py    Shamir t-of-n over GF(2^521 - 1)
 graph.py     who masks with whom: all (SecAgg) or a random k-regular Harary graph (SecAgg+)
 participant.py, server.py  the four stages as state machines; simulate.py runs a round in one process
+uploads.py   the glue to a run: its encoding, an upload's update, distributed DP's noise share
 """
 from fedmpi.secagg.errors import ProtocolError
 
