@@ -85,6 +85,7 @@ CHOICES = {
     "fed.setting": ("federated", "centralized", "solo"),
     "fed.weighting": ("uniform", "batch"),
     "fed.upload_check.action": ("off", "warn", "exclude", "stop"),
+    "fed.secure_aggregation.mode": ("off", "secagg", "secagg+"),
     "fv.norm": ("local", "moving"),
     "fv.folds": ("first", "second"),
     "fv.placement": ("server", "dedicated"),

@@ -15,6 +15,7 @@ from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, test_accuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.sampler import ClientSampler
+from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
 from fedmpi.core.driver import drive
 from fedmpi.core.schedule import evaluation_due
 from fedmpi.core.server import Server
@@ -99,6 +100,8 @@ class CrossDeviceSetting:
         self.log_schema = {"val_sets": list(cfg.data.val_sets),
                            "extra_tables": {"clients": {"round": ((), "i8"), "ids": ((self.sampler.count,), "i8")},
                                             "eval": EVAL_COLUMNS}}
+        if cfg.fed.secure_aggregation.enabled:     # who missed which stage of the round's session
+            self.log_schema["extra_tables"]["secagg"] = secure_log_table(self.sampler.count)
         self.party_tables: dict = {}   # no per-client numbers beyond the round's statistics
 
     @property
@@ -111,6 +114,11 @@ class CrossDeviceSetting:
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> ClientExchange:
         ctx, parts = self.ctx, self.parts
         trainers = ctx.layout.trainer_ranks
+        if self.cfg.fed.secure_aggregation.enabled:
+            self.uploads = SecureClientExchange(self.cfg, trainers, client_group(trainers), ctx.control, self.sampler,
+                                                self.data.sizes(), up_numel, parts.state.numel, parts.device,
+                                                parts.dtype, log=log)
+            return self.uploads
         self.uploads = ClientExchange(trainers, client_group(trainers), ctx.control, self.sampler, self.data.sizes(),
                                       up_numel, parts.device, parts.dtype, log=log,
                                       store=client_store(parts.rule, parts.state.trainable),
