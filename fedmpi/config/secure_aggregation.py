@@ -77,7 +77,7 @@ def refusal(cfg) -> str:
     if cfg.cross_device and rule.client_state:
         return (f"{rule.name}'s clients' states ({', '.join(rule.client_state)}) are kept by the server, one per "
                 f"client, in the clear: use a stateless rule across devices")
-    if rule.class_payload:
+    if rule.classes.leaves:
         return (f"{rule.name} sends each party's class embeddings (or their summaries) for a step on every row, "
                 f"which a sum cannot give: use one of {', '.join(COMPOSES)}")
     if rule.name not in COMPOSES:
