@@ -118,12 +118,31 @@ def main(argv=None) -> int:
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400")
     args = parser.parse_args(argv)
     try:
-        layout = build_layout(load_config(args.config, args.overrides))
+        cfg = load_config(args.config, args.overrides)
+        layout = build_layout(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(layout.as_dict()))
+    print_plan(cfg, sys.stderr)
     return 0
+
+
+def print_plan(cfg: Config, stream) -> None:
+    """Each party's images, images per step and steps per epoch, and the rounds they make, on `stream` (stderr:
+    the JSON on stdout is what scripts read); a party's data that cannot be read here is said, not fatal."""
+    from fedmpi.config.epochs import party_sizes, plan_line
+
+    if cfg.cross_device:
+        return
+    try:
+        sizes = party_sizes(cfg)
+    except ConfigError as exc:
+        print(f"plan: the parties' images cannot be counted here ({exc})", file=stream)
+        return
+    for name, (images, step) in sizes.items():
+        print(f"  {name}: {images} images, {step} a step, {-(-images // step)} steps an epoch", file=stream)
+    print(plan_line(cfg, sizes), file=stream)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from fedmpi.config.fed import FedConfig
 from fedmpi.config.aggregation import sampling_rate
 from fedmpi.config.clients import ClientsConfig
 from fedmpi.config.legacy import migrate_legacy
+from fedmpi.config.epochs import AUTO, derive_steps_per_epoch
 
 
 @dataclass
@@ -207,7 +208,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = _merge(data, loaded, "")
     for item in overrides:
         apply_override(data, item)
-    return validate(typed_section(Config, migrate_legacy(data)))
+    cfg = typed_section(Config, migrate_legacy(data))
+    if cfg.optim.steps_per_epoch == AUTO:   # every other setting checked before the parties' data is counted
+        validate(dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, steps_per_epoch=max(cfg.fed.K, 1))))
+        cfg = derive_steps_per_epoch(cfg)
+    return validate(cfg)
 
 
 def config_from_yaml(text: str, where: str = "config") -> Config:
