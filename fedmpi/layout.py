@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(layout.as_dict()))
+    print(json.dumps(layout.as_dict()), flush=True)
     print_plan(cfg, sys.stderr)
     return 0
 

@@ -25,7 +25,6 @@ so the whole path runs without the real sets:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -100,7 +99,11 @@ def evaluate_sets(args, names: list[str], say=print, pairs: bool = True) -> dict
     backbone = backbone.to(torch.device(args.device))
     results = {}
     if args.pairs and pairs:
-        say(score_pairs(args, backbone, image_size, description))
+        from fedmpi.protocols.pair_sets import write_pairs_report
+
+        say(write_pairs_report(backbone, image_size, description, args.pairs, Path(args.out), folds=args.folds,
+                               fv_folds=args.fv_folds, flip=args.flip, fars=args.fars, batch_size=args.batch_size,
+                               device=args.device))
     for name in names:
         protocol = build_protocol(name, args.sets[name], image_size, batch_size=args.batch_size,
                                   device=args.device, workers=args.workers,
@@ -115,21 +118,10 @@ def evaluate_sets(args, names: list[str], say=print, pairs: bool = True) -> dict
     return results
 
 
-def score_pairs(args, backbone, image_size: int, description: str) -> str:
-    """The pair sets' table, written to OUT/pairs.md too."""
-    from fedmpi.protocols.pair_sets import evaluate_pairs, pairs_table
-
-    results = evaluate_pairs(backbone, args.pairs, image_size, folds=args.folds, fv_folds=args.fv_folds,
-                             flip=args.flip, fars=args.fars, batch_size=args.batch_size, device=args.device)
-    title = (f"{description}: pair verification, {args.folds} folds"
-             f"{f' (fv.folds={args.fv_folds})' if args.folds == 'held-out' else ''}, flip {args.flip}")
-    table = pairs_table(results, args.fars, title)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pairs.md").write_text(table)
-    (out / "pairs.json").write_text(json.dumps({"model": description, "folds": args.folds, "flip": args.flip,
-                                                "sets": results}, indent=1))
-    return table + f"wrote {out / 'pairs.md'} and {out / 'pairs.json'}"
+def pair_sets_hint(sets: dict[str, str]) -> str:
+    """A benchmark ROOT that holds .bin pair sets was meant for --pairs: say so."""
+    bins = sorted(str(p) for root in sets.values() if Path(root).is_dir() for p in Path(root).glob("*.bin"))
+    return f"; the .bin pair sets there are scored with --pairs {' '.join(bins)}" if bins else ""
 
 
 def main(argv=None) -> int:
@@ -154,7 +146,7 @@ def main(argv=None) -> int:
             make_fixtures(args.sets, load_backbone(args.backbone)[1], args.fixture_seed)
         results = evaluate_sets(args, names)
     except (DataError, BackboneFileError, ResumeError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{pair_sets_hint(args.sets)}", file=sys.stderr)
         return 1
     if results:
         print(format_table(results))

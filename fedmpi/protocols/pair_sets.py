@@ -10,6 +10,7 @@ flip `sum` (default): each image's embedding is f(x) + f(flipped x), L2-normalis
 eval/verification.py scores (and the run does); `none`: f(x) alone."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fedmpi.metrics.roc import tar_key
@@ -46,3 +47,19 @@ def pairs_table(results: dict[str, dict], fars, title: str) -> str:
         cells += [f"{100 * m[tar_key(far)]:.2f}" for far in fars]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_pairs_report(backbone, image_size: int, description: str, paths, out: Path, *, folds: str, fv_folds: str,
+                       flip: str, fars, batch_size: int, device) -> str:
+    """Score the pair sets; write OUT/pairs.md (the table) and OUT/pairs.json (every digit); return the table and
+    what was written."""
+    results = evaluate_pairs(backbone, paths, image_size, folds=folds, fv_folds=fv_folds, flip=flip, fars=fars,
+                             batch_size=batch_size, device=device)
+    title = (f"{description}: pair verification, {folds} folds"
+             f"{f' (fv.folds={fv_folds})' if folds == 'held-out' else ''}, flip {flip}")
+    table = pairs_table(results, fars, title)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pairs.md").write_text(table)
+    (out / "pairs.json").write_text(json.dumps({"model": description, "folds": folds, "flip": flip,
+                                                "sets": results}, indent=1))
+    return table + f"wrote {out / 'pairs.md'} and {out / 'pairs.json'}"

@@ -84,3 +84,11 @@ def test_a_missing_pair_set_is_one_line_naming_it(reference, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: verification set not found: {tmp_path / 'nope.bin'}"]
 
+
+
+def test_a_benchmark_root_holding_pair_sets_points_to_pairs(reference, tmp_path):
+    result = evaluate(str(reference.folder), "--ijbc", str(pair_set(reference).parent), "--out", str(tmp_path))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and line.endswith(f"; the .bin pair sets there are scored with --pairs "
+                                                       f"{pair_set(reference)}")
