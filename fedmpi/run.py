@@ -81,13 +81,20 @@ def parse_args(argv):
     return parser.parse_intermixed_args(argv)  # options may come after the overrides, e.g. `k=v --resume auto`
 
 
+def party_sizes(cfg) -> dict:
+    """The parties' images, read only for `optim.steps_per_epoch: auto` (the data layer imports torch)."""
+    from fedmpi.data.party_sizes import party_sizes as counted
+
+    return counted(cfg)
+
+
 def memory_short(argv) -> bool:
     """Whether this launch's nodes are short of memory under glibc's default malloc (core/malloc.py); quietly:
     a problem with the command line or the config is main()'s to report."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             args = parse_args(argv)
-            return short_under_glibc_defaults(load_config(args.config, args.overrides), os.environ)
+            return short_under_glibc_defaults(load_config(args.config, args.overrides, sizes=party_sizes), os.environ)
         except (ConfigError, SystemExit, ValueError):
             return False
 
@@ -164,7 +171,7 @@ def main(argv=None) -> int:
     mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink
     rank = mpi.Get_rank()
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, args.overrides, sizes=party_sizes)
         if args.print_config:
             if rank == 0:
                 print(to_yaml(cfg), end="")

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from fedmpi.config import ConfigError, load_config
-from fedmpi.config.epochs import party_sizes, plan_line
+from fedmpi.config.epochs import plan_line
+from fedmpi.data.party_sizes import party_sizes
 from fedmpi.config.files import check_files
 from jobs.mpirun import ROOT
 from image_files import encode_jpeg
@@ -46,7 +47,7 @@ def my_parties(base, **optim) -> list[str]:
 
 
 def config(argv: list[str]):
-    return load_config(argv[1], argv[2:])
+    return load_config(argv[1], argv[2:], sizes=party_sizes)
 
 
 def test_auto_makes_the_longest_party_s_epoch_whole_rounds_of_k(packed):
@@ -61,16 +62,19 @@ def test_auto_makes_the_longest_party_s_epoch_whole_rounds_of_k(packed):
 
 
 def test_auto_counts_synthetic_parties_and_a_number_stays_as_given():
-    cfg = load_config(ROOT / "configs" / "demo_cpu.yaml", ["optim.steps_per_epoch=auto"])
+    cfg = load_config(ROOT / "configs" / "demo_cpu.yaml", ["optim.steps_per_epoch=auto"], sizes=party_sizes)
     # vgg: 36 identities x 32 images / (1 rank x 32) = 36 steps, rounded up to K = 15: 45
     assert (cfg.optim.steps_per_epoch, cfg.rounds) == (45, 18)
     assert load_config(ROOT / "configs" / "demo_cpu.yaml").optim.steps_per_epoch == 60
     assert load_config().optim.steps_per_epoch == 12800   # the paper's default is not derived
 
 
-def test_a_word_other_than_auto_is_refused():
+def test_a_word_other_than_auto_is_refused_and_auto_is_left_to_the_launch():
     with pytest.raises(ConfigError, match=r"^optim.steps_per_epoch: must be a number of steps or auto, got 'al'$"):
         load_config(None, ["optim.steps_per_epoch=al"])
+    with pytest.raises(ConfigError, match=r"^optim.steps_per_epoch: auto is counted from the parties' data by the "
+                                          r"launch \(python -m fedmpi.run, python -m fedmpi.layout\)"):
+        load_config(None, ["optim.steps_per_epoch=auto"])
 
 
 def test_auto_on_a_missing_folder_names_the_party_s_path(packed, tmp_path):
