@@ -7,12 +7,15 @@ import torch
 
 
 class PartyRows:
-    """`buffer` [lead + P, D]: `lead` leading rows for the receiving collective's own use (the root's slot of a
-    gather), then one row per party (`rows`, [P, D])."""
+    """`buffer` [lead + P, D + c]: `lead` leading rows for the receiving collective's own use (the root's slot of
+    a gather), then one row per party: its upload (`rows`, [P, D]) and its c upload columns (`columns`, [P, c]),
+    which the weighted sum leaves out."""
 
-    def __init__(self, parties: int, numel: int, *, dtype=torch.float32, device="cpu", lead: int = 0):
-        self.buffer = torch.zeros(lead + parties, numel, dtype=dtype, device=device)
-        self.rows = self.buffer[lead:]
+    def __init__(self, parties: int, numel: int, *, dtype=torch.float32, device="cpu", lead: int = 0,
+                 columns: int = 0):
+        self.buffer = torch.zeros(lead + parties, numel + columns, dtype=dtype, device=device)
+        self.received = self.buffer[lead:]
+        self.rows, self.columns = self.received[:, :numel], self.received[:, numel:]
         self._w = torch.empty(parties, dtype=dtype, device=device)
 
     def weighted_sum(self, w, out: torch.Tensor) -> torch.Tensor:

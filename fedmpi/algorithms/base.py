@@ -138,7 +138,7 @@ class Algorithm:
     @property
     def leaves_party(self) -> str:
         """What crosses from a party to the server, in words (printed at start, kept in the log)."""
-        what = ["backbone", *self.up, "its aggregation weight" if self.training.weighs_parties else "",
+        what = ["backbone", *self.up, "its aggregation weight" if "weight" in self.training.upload_columns else "",
                 self.classes.leaves]
         return ", ".join(w for w in what if w)
 

@@ -15,7 +15,7 @@ backbone rule's step, the exchange, checkpoints. It calls every hook of the obje
                                     SGD, weight decay and lr), replicated on the party's ranks: the trainer makes
                                     their gradients the party's mean, as the backbone's
   end_round(r)                      after the round's steps, before the upload
-  weight()                          the party's weight of the round (a part that `weighs_parties`)
+  weight()                          the party's weight of the round (a part with the upload column `weight`)
   personal(f)                       the party's personal features from the backbone's (the personalised
                                     evaluation), f itself by default
   state()                           the party's state it keeps across rounds, as tensors it updates in place:
@@ -135,8 +135,10 @@ class LocalTraining:
     """The part as the registry composes it: the default local training, and the facts a method's own declares."""
     public_identities: ClassVar[bool] = False   # it trains over data.public's identities too (the party's
                                                 # classifier holds their rows after its own, model.init_classifier)
-    weighs_parties: ClassVar[bool] = False      # each party's leader sends objective.weight() with its upload, and
-                                                # the server's w is those weights normalised (the config refuses FV)
+    upload_columns: ClassVar[tuple[str, ...]] = ()   # one value each at the end of the leader's upload, from
+                                                # objective.<name>(), gathered with it: `weight` makes the server's
+                                                # w those values normalised (the config refuses FV); the
+                                                # aggregation and the upload check read the rows without them
     fresh_optimizer: ClassVar[bool] = False     # each round's local steps start from zero momentum: a new local
                                                 # optimizer per round (backbone's, classifier's, its own)
     columns: ClassVar[tuple[str, ...]] = ()     # the per-party numbers of a round (the log's `local` table)

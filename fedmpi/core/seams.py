@@ -41,7 +41,7 @@ class Exchange(Protocol):
     def wait(self) -> None: ...
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor: ...   # Σ w_i u_i into out [D_up]
     def weights(self, w: torch.Tensor | None) -> torch.Tensor | None: ...  # the round's w: the side work's, or
-                                                                           # the weights the parties sent
+                                                                           # the parties' upload column `weight`
     def send(self, down: torch.Tensor) -> None: ...                # the global payload to every trainer
     def round_stats(self, r: int) -> RoundStats: ...
     def bytes_per_round(self) -> dict[str, int]: ...               # {"up", "down", "intra"}

@@ -109,7 +109,7 @@ class Server:
         return 0
 
     def aggregate(self, r: int) -> None:
-        """The round's w (the side work's, or the weights the parties sent), then the server step: check,
+        """The round's w (the side work's, or the parties' upload column `weight`), then the server step: check,
         aggregate, server update."""
         exchange, rows = self.exchange, self.exchange.rows
         side_w = self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel])

@@ -7,15 +7,15 @@ A rank's parts, in bytes (b: bytes per value of run.dtype; D: the backbone's fla
   model        D·b, and the gradients n·b during a step (a multi-rank party's gradient buffer on CPU, n·b)
   payloads     what a trainer receives and sends: the global payload (D + k_down·n)·b, on CPU once per party and
                node (node-shared, counted on the node, not the rank); the up payloads k_up·n·b (and θ_i's D·b
-               on a GPU leader: on CPU the leader's model lives in its upload)
+               on a GPU leader: on CPU the leader's model lives in its upload; its c upload columns c·b)
   rule state   the rule's trainer state (PFM's M: n, node-shared on CPU; local momentum, SCAFFOLD's c_i: n each)
   classifier   the party's classes on this rank x embedding: weights, momentum, gradients
   activations  a step's saved activations and transient buffers, per image x the batch (ACTIVATION_FACTOR x the
                values of every feature map of the forward pass, in b-byte values), the logits, and
                STEP_TRANSIENT_MB whatever the batch
   workers      data.workers forked copies of the rank (WORKER_MB each)
-  server       Θ and the down payloads, the uploads' rows (twice with FV: θ' is read while the next land), the
-               mean of a rule with its own server update, the server optimizer's state
+  server       Θ and the down payloads, the uploads' rows with their columns (twice with FV: θ' is read while
+               the next land), the mean of a rule with its own server update, the server optimizer's state
   validation   the hosted or dedicated validator's sets (decoded images, pairs x 2 x 3 x size²) and its
                backbone, and an evaluation batch's largest feature maps (no gradients)
 On a GPU (run.device cuda) the tensors are the GPU's: model, payloads, rule state, classifier, activations, server
@@ -130,7 +130,7 @@ def estimate(cfg, layout, device: str = "cpu", torch_build: str = "cuda", worker
     # the server
     P = len(layout.parties)
     D_up = s.D + s.k_up * s.n
-    server = {"server": ((s.D + s.k_down * s.n) + P * D_up * (2 if fv_runs(cfg) else 1)
+    server = {"server": ((s.D + s.k_down * s.n) + P * (D_up + s.columns) * (2 if fv_runs(cfg) else 1)
                          + (0 if s.rule.averages_at_server() else D_up) + s.server_state * s.n) * s.b}
     if s.rule.classes.rows_to_server:   # W, its unit rows, its gradient; a block's cosines and exponentials
         C = sum(party_classes(cfg, p) for p in layout.parties)
@@ -163,6 +163,7 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
     s.D, s.n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.k_up, s.k_down = len(s.rule.up), len(s.rule.down)
+    s.columns = len(s.rule.training.upload_columns)
     s.trainer_state, s.server_state = s.rule.trainer_tensors, s.rule.server_tensors
     if cfg.fed.local_momentum:
         s.trainer_state += 1
@@ -187,7 +188,8 @@ def _add_party(ranks: list, cfg, party, s: SimpleNamespace, base) -> float:
     for i, rank in enumerate(party.ranks):
         tensors = {
             "model": (s.D + n) * b,
-            "payloads": s.k_up * n * b + (s.D * b if s.gpu and i == 0 else 0) + (0 if s.shared_on_node else received),
+            "payloads": (s.k_up * n * b + ((s.D if s.gpu else 0) + s.columns) * b * (i == 0)
+                         + (0 if s.shared_on_node else received)),
             "rule state": kept_state * n * b + s.rule.training.kept_states * s.D * b,
             "classifier": 3 * classes_here * s.m.embedding_size * b
                           # a class payload: the party's rows gathered on its leader (and their padded blocks)

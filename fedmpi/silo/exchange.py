@@ -1,14 +1,15 @@
 """The round's exchange, as flat buffers over torch.distributed (see docs/ARCHITECTURE.md, "The round loop").
 
-An upload is `[θ_i (D) | the rule's up payloads (n each)]`, the global payload `[Θ (D) | down payloads]`.
+An upload is `[θ_i (D) | the rule's up payloads (n each) | the training's upload columns (1 each)]`, the global
+payload `[Θ (D) | down payloads]`.
 Up:   party leaders -> server over the leaders group into a [P, D_up] buffer kept across rounds (two alternating
       when FV reads the previous round's rows while the next land): on CPU each upload received straight into
       its row, on GPUs a gather.
 Down: server -> leaders (broadcast over the leaders group), then leader -> its party's ranks (broadcast over
       the party group, which stays inside the party's nodes).
 Statistics: every trainer rank sends its round's numbers to the server over MPI.
-Weights: for a rule that weighs the parties (FedFR), each leader sends its party's weight over MPI just before its
-upload; the server takes them once the uploads are in.
+Weights: a training with the upload column `weight` (FedFR) writes its party's weight there; the server's w is
+that column of the gathered rows, normalised.
 """
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ from fedmpi.core.context import Control, Groups
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER, Party
 
-TAG_WEIGHT = 7411   # a party's weight of the round, leader -> server (MPI)
-
 
 class SiloExchange:
     """The server's side: every party's leader uploads each round (the silo setting) over the `leaders` group.
@@ -36,20 +35,20 @@ class SiloExchange:
     gives_uploads = True
 
     def __init__(self, parties: list[Party], leaders, control: Control, up_numel: int, down_numel: int, device,
-                 dtype, kept: int = 0, intra_receivers: int = 0, weighed: bool = False):
-        """weighed: each leader sends its party's weight with its upload (`party_weights` after `wait`)."""
+                 dtype, kept: int = 0, intra_receivers: int = 0, columns: tuple[str, ...] = ()):
+        """columns: the upload columns after each [θ_i | up payloads] (LocalTraining.upload_columns), up_numel
+        not counting them."""
         self.leaders, self.control, self.dtype = leaders, control, dtype
-        self._weighed = weighed
-        self.party_weights: np.ndarray | None = None
+        self._columns = columns
         self._point_to_point = uploads_point_to_point(device)
-        self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device,
+        self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device, columns=len(columns),
                                    lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
         self._leaders = [p.leader for p in parties]
         self.upload_names = [p.name for p in parties]    # what the server's messages call each row
         self._next = 0
         self._latest: PartyRows | None = None
         self._work: list = []
-        self._sizes = (up_numel, down_numel)
+        self._sizes = (up_numel + len(columns), down_numel)
         self._intra_receivers = intra_receivers
 
     def post(self, r: int) -> None:
@@ -57,7 +56,7 @@ class SiloExchange:
         self._pending = into
         if self._point_to_point:
             self._work = [ReceivesInBackground([dist.irecv(row, src=leader, group=self.leaders)
-                                                for row, leader in zip(into.rows.unbind(0), self._leaders)])]
+                                                for row, leader in zip(into.received.unbind(0), self._leaders)])]
         else:
             self._work = [dist.gather(into.buffer[0], list(into.buffer.unbind(0)), dst=SERVER, group=self.leaders,
                                       async_op=True)]
@@ -71,18 +70,18 @@ class SiloExchange:
                 work.wait()
         self._latest, self._work = self._pending, []
         self._next = (self._next + 1) % len(self._buffers)
-        if self._weighed:
-            self.party_weights = np.array([comm.receive(leader, TAG_WEIGHT, what="a party's weight of the round",
-                                                        timeout_s=self.control.timeout_s, comm=self.control.mpi)
-                                           for leader in self._leaders], dtype=np.float64)
 
     def weights(self, w: torch.Tensor | None) -> torch.Tensor | None:
-        """The round's w: the weights the parties sent, normalised, where they send them; else `w`."""
-        return torch.as_tensor(self.party_weights / self.party_weights.sum()) if self._weighed else w
+        """The round's w: the parties' `weight` upload column, normalised (in float64 on the host), where their
+        training writes one; else `w`."""
+        if "weight" not in self._columns:
+            return w
+        sent = self._latest.columns[:, self._columns.index("weight")].cpu().numpy().astype(np.float64)
+        return torch.as_tensor(sent / sent.sum())
 
     @property
     def rows(self) -> torch.Tensor:
-        """[P, D_up]: the uploads of the last completed round, party by party."""
+        """[P, D_up]: the uploads of the last completed round, party by party (without their upload columns)."""
         return self._latest.rows
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
@@ -170,12 +169,6 @@ def receive_global(down: torch.Tensor, party: Party, rank: int, groups: Groups, 
     if group is not None:
         with comm.naming_failures(f"broadcast of Theta over {comm.group_label(party.name, group)}"):
             dist.broadcast(down, src=party.leader, group=group)
-
-
-def send_weight(control: Control, r: int, weight: float) -> None:
-    """A leader's party weight of round r, to the server (before its upload)."""
-    comm.send(float(weight), SERVER, TAG_WEIGHT, what=f"round {r + 1}: the party's weight", timeout_s=control.timeout_s,
-              comm=control.mpi)
 
 
 def report(control: Control, r: int, stats: dict) -> None:

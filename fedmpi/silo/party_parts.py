@@ -14,10 +14,12 @@ class PartyParts:
 
     def _payloads(self) -> None:
         """The exchange's buffers: the global payload [Θ | down payloads] received, the upload [θ_i | up
-        payloads] sent (θ_i only on the leader, the one rank of the party that sends it)."""
+        payloads | the training's upload columns] sent (θ_i and the columns only on the leader, the one rank of the
+        party that sends it)."""
         self.down = Payloads(self.state, self.algorithm.down, self.device, self.dtype,
                              zeros=self.node.zeros if self.node else None)
-        self.up = Payloads(self.state, self.algorithm.up, self.device, self.dtype, with_theta=self.is_leader)
+        self.up = Payloads(self.state, self.algorithm.up, self.device, self.dtype, with_theta=self.is_leader,
+                           columns=self.training.upload_columns if self.is_leader else ())
         if self.is_leader and self.device.type == "cpu" and not self.speed.channels_last:
             self.state.live_in(self.up.theta)   # the leader's model is its upload's θ_i: one copy, not two
         self.global_theta = self.down.theta

@@ -29,7 +29,7 @@ class SecureSiloExchange(SiloExchange):
                  intra_receivers: int = 0):
         # deliberately not SiloExchange.__init__: it would hold a [P, D_up] buffer of rows this server never has
         self.leaders, self.control, self.dtype = leaders, control, dtype
-        self._weighed, self.party_weights = False, None
+        self._columns = ()   # the config refuses a training with upload columns (its rule is not a mean)
         self._leaders = [p.leader for p in parties]
         self.upload_names = [p.name for p in parties]
         self._sizes, self._intra_receivers = (up_numel, down_numel), intra_receivers

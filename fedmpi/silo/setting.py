@@ -62,7 +62,7 @@ class SiloSetting:
                                       intra_receivers(ctx.layout.parties, shared))
         return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
-                            weighed=self.parts.rule.training.weighs_parties)
+                            columns=self.parts.rule.training.upload_columns)
 
     def class_exchange(self, part):
         """The class part's server-side transport (silo/server_classes.py)."""

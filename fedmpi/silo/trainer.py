@@ -18,7 +18,7 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.schedule import evaluation_due
 from fedmpi.silo.attack import attack_scale, scale_update
 from fedmpi.silo.classes import PartyKit
-from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local, send_weight
+from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
 from fedmpi.silo.party_parts import PartyParts
 from fedmpi.silo.party_gradients import party_model
@@ -184,13 +184,13 @@ class Trainer(PartyParts, PartyCheckpoint):
             self.classes.download(r)
 
     def upload(self, r: int) -> None:
-        """The leader's θ_i and up payloads (and first the party's weight, where the training weighs the parties:
-        the server aggregates with it)."""
+        """The leader's θ_i, up payloads and the training's upload columns (objective.<column>(): FedFR's party
+        weight, which the server aggregates with), in one buffer."""
         self.state.read(self.up.theta)
         if self.attack != 1.0:
             scale_update(self.up.trainable, self.down.trainable, self.attack)
-        if self.training.weighs_parties:
-            send_weight(self.control, r, self.objective.weight())
+        for name, slot in self.up.columns.items():
+            slot.fill_(getattr(self.objective, name)())
         if self.secure is not None:   # masked, over the secure-aggregation session (silo/secure_upload.py)
             self.secure.upload(r, self.up.flat, self.down.flat)
         else:

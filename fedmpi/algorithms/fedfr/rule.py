@@ -86,7 +86,7 @@ class FedFRTraining(LocalTraining):
     round, the party weighed by its combined set; the global and previous backbones and the previous one's state
     on every trainer rank."""
     public_identities = True
-    weighs_parties = True
+    upload_columns = ("weight",)
     fresh_optimizer = True
     columns = ("hard_negatives", "combined_images", "local_epochs", "local_steps")
     kept_states = 3
