@@ -10,7 +10,8 @@ the backbone's embedding f, which never leaves the party.
 
 A sample whose label is not one of the party's identities (FedFR's selected public images, labels n_k + u) is a
 negative of every personal class. The authors' code adds 1e-8 inside the logarithm and computes it from e^z, which
-overflows for large |z| in fp16; here log(1 + e^x) is softplus (the same value to 1e-8, finite everywhere).
+overflows for large |z| in fp16; here log(1 + e^x) is logaddexp(0, x): exact and finite everywhere, its gradient
+σ(x) exact too (torch's softplus returns x itself past x = 20, whose gradient 1 is off by e^{-x}).
 The personal model is the party's backbone followed by A (features normalised when compared)."""
 from __future__ import annotations
 
@@ -35,9 +36,14 @@ def dfc_logits(cos: torch.Tensor, labels: torch.Tensor, bias: torch.Tensor, scal
     return z, positives
 
 
+def log1p_exp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + e^x), exact in value and gradient for every finite x."""
+    return torch.logaddexp(torch.zeros((), dtype=x.dtype, device=x.device), x)
+
+
 def bce_loss(z: torch.Tensor, positives: torch.Tensor, scale: float, lam: float) -> torch.Tensor:
     """L_bce: the batch mean of each sample's sum over the personal classes."""
-    terms = torch.where(positives, (lam / scale) * F.softplus(-z), ((1 - lam) / scale) * F.softplus(z))
+    terms = torch.where(positives, (lam / scale) * log1p_exp(-z), ((1 - lam) / scale) * log1p_exp(z))
     return terms.sum(dim=1).mean()
 
 

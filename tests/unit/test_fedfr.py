@@ -44,6 +44,18 @@ def test_f2_the_personal_heads_bce_value():
     assert bce_loss(z, positives, 30.0, 0.7).item() == pytest.approx(0.3894395, abs=1e-7)
 
 
+def test_f2_the_bce_gradient_is_exact_past_softplus_threshold():
+    # d L_bce / d z_j = −(λ/r) σ(−z_j) for the own identity, ((1 − λ)/r) σ(z_j) otherwise (batch of one); torch's
+    # softplus returns x itself past 20, whose gradient 1 is off by σ(−x) (1.4e-11 at 25)
+    z = torch.tensor([[-60.0, -25.0, -3.0, 0.0, 3.0, 25.0, 60.0]], dtype=D, requires_grad=True)
+    positives = torch.tensor([[True, True, True, False, False, False, False]])
+    bce_loss(z, positives, 30.0, 0.7).backward()
+    sigmoid = [1 / (1 + math.exp(-x)) for x in z.detach()[0].tolist()]
+    expected = [-(0.7 / 30) * (1 - s) if pos else (0.3 / 30) * s for s, pos in zip(sigmoid, positives[0].tolist())]
+    for got, want in zip(z.grad[0].tolist(), expected):
+        assert got == pytest.approx(want, rel=1e-15, abs=0)
+
+
 def test_f2_through_the_head_module_the_converter_starting_as_the_identity():
     rows = torch.tensor([[1.0, 0.0], [0.2, math.sqrt(1 - 0.04)]], dtype=D)      # cos with f = [0.5, 0.866]: 0.5, 0.2...
     f = torch.tensor([[0.5, math.sqrt(0.75)]], dtype=D)
