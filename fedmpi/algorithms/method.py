@@ -1,4 +1,4 @@
-"""A method the registry composes from parts (docs/ARCHITECTURE.md, "A method is parts"): a backbone rule (the
+"""A method the registry composes from parts (docs/ARCHITECTURE.md, "The map"): a backbone rule (the
 client and server hooks of base.Algorithm: FedAvg's local SGD, or FedFace's PFM where fed.options.backbone names
 it), a class part (class_parts.py: nothing, the rows, a private summary) and a local training (objective.py: the
 margin head for fed.K steps, or the method's own). FedAwS, FedGC, PrivacyFace and FedFR are such compositions.
