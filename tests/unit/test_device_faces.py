@@ -153,3 +153,29 @@ def test_the_memory_check_sizes_w_for_all_clients_and_refuses_with_the_populatio
                            "x 2.0 KB = 0.2 GB")
     assert "clients.population=42870 fits" in said and "\n" not in said
     assert judge_client_states(cfg, available=8 * 1024 ** 3) is None
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedgc"])
+def test_the_servers_class_step_across_devices_moves_only_the_rows_seen(name):
+    """The store's W as the silo's stacked rows, each client one party: FedAwS and FedGC move the rows of the
+    clients seen so far, positive-only FedAvg none; the unseen rows stay zero; the row of the log says how far
+    apart the rows are."""
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
+    from fedmpi.algorithms.fedgc import FedGC, FedGCOptions
+    from fedmpi.crossdevice.class_rows import DeviceKit
+    from fedmpi.crossdevice.client_state import client_store
+
+    rule = {"fedavg": FedAvg(), "fedaws": FedAwS(FedAwSOptions(lr_scale=5.0)),
+            "fedgc": FedGC(FedGCOptions(lr_scale=5.0))}[name]
+    store = client_store(FedAvg(), [torch.zeros(1)], population=5, rows=3)
+    near = [torch.tensor([1.0, 0.1, 0.0]), torch.tensor([1.0, 0.0, 0.1]), torch.tensor([1.0, -0.1, 0.0])]
+    store.put_round(0, [(0, near[0]), (2, near[1]), (3, near[2])])
+    before = store.rows.clone()
+    exchange = rule.classes.server_side(DeviceKit(store, 3))
+    exchange.step(0, 0.1, {})
+    assert exchange.row["clients_seen"] == 3 and exchange.row["round"] == 0
+    assert (store.rows[[1, 4]] == 0).all()
+    moved = not torch.equal(store.rows, before)
+    assert moved == (name != "fedavg")
+    assert mean_pairwise_cosine(store.rows[[0, 2, 3]]) <= mean_pairwise_cosine(before[[0, 2, 3]]) + 1e-12
