@@ -2,7 +2,7 @@
 a public pretraining (configs/public_pretrain.yaml, the synthetic public identities, shrunk to the device model),
 exported as the start (tools.export), then the face clients of configs/faces_devices.yaml, one identity each, from
 that start: positive-only FedAvg, FedAwS (the paper's one step) and FedAwS in FedFR's form (20 momentum steps),
-two seeds paired (the same start, data and sampling). Each run's log gives the verification of Θ on the held-out
+two seeds paired (the same start and data; a seed draws the clients of each round and their batches). Each run's log gives the verification of Θ on the held-out
 pair sets after its first and last round, W's mean pairwise cosine per round (the collapse curve) and the bytes a
 round moves per sampled client; the report is report.md beside the runs. PrivacyFace on albums is not in it: the
 cross-device setting refuses it (docs/BASELINES.md). With --lock FILE each run holds FILE only while it runs.
@@ -80,6 +80,7 @@ def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: s
                    f"clients.population={M}", f"clients.faces.identities={M}",
                    f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
                    f"clients.fraction={s['fraction']}", f"eval.every={s['rounds']}", f"run.seed={seed}",
+                   f"clients.sampler_seed={seed}",
                    f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}"], lock, run)
     return folder / "runs" / run / "log.h5"
 
