@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from fedmpi.config import Config, ConfigError, DataSpec, fv_runs, load_config
+from fedmpi.config.epochs import party_groups, plan_line, rank_batch  # noqa: F401 - rank_batch: fedmpi.layout's too
 
 SERVER = 0
 
@@ -69,15 +70,6 @@ class Layout:
                 "validators": len(self.validators)}
 
 
-def rank_batch(cfg: Config, party_name: str) -> int:
-    """Images per rank and step of party `party_name`: its `parties.NAME.batch_size`, else optim.batch_size
-    (also for the merged party of fed.setting=centralized and the cross-device clients)."""
-    for p in cfg.parties:
-        if p.name == party_name and p.batch_size:
-            return int(p.batch_size)
-    return int(cfg.optim.batch_size)
-
-
 def party_batches(cfg: Config, layout: Layout) -> dict[str, int]:
     """{party: images per step of the whole party}: what its data stream and its gradients depend on, whatever
     the split over its ranks (which a resume may change)."""
@@ -85,15 +77,7 @@ def party_batches(cfg: Config, layout: Layout) -> dict[str, int]:
 
 
 def build_layout(cfg: Config) -> Layout:
-    setting = cfg.fed.setting
-    if cfg.cross_device:  # the virtual clients' trainer ranks (fedmpi.crossdevice), whatever the rule
-        groups = [("clients", cfg.clients.ranks, ())]
-    elif setting == "centralized":
-        groups = [("centralized", sum(p.ranks for p in cfg.parties), tuple(p.data for p in cfg.parties))]
-    elif setting == "solo":
-        groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties if p.name == cfg.fed.solo_party]
-    else:
-        groups = [(p.name, p.ranks, (p.data,)) for p in cfg.parties]
+    groups = [(name, ranks, specs) for name, ranks, specs, _ in party_groups(cfg)]
     parties, next_rank = [], SERVER + 1
     for i, (name, n, specs) in enumerate(groups):
         parties.append(Party(i, name, tuple(range(next_rank, next_rank + n)), specs))
@@ -113,17 +97,38 @@ def check_world_size(layout: Layout, world_size: int) -> None:
 
 
 def main(argv=None) -> int:
+    from fedmpi.data.party_sizes import party_sizes
+
     parser = argparse.ArgumentParser(prog="python -m fedmpi.layout", description=__doc__)
     parser.add_argument("--config", default=None)
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400")
     args = parser.parse_args(argv)
     try:
-        layout = build_layout(load_config(args.config, args.overrides))
+        cfg = load_config(args.config, args.overrides, sizes=party_sizes)
+        layout = build_layout(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(layout.as_dict()))
+    print(json.dumps(layout.as_dict()), flush=True)
+    print_plan(cfg, sys.stderr)
     return 0
+
+
+def print_plan(cfg: Config, stream) -> None:
+    """Each party's images, images per step and steps per epoch, and the rounds they make, on `stream` (stderr:
+    the JSON on stdout is what scripts read); a party's data that cannot be read here is said, not fatal."""
+    if cfg.cross_device:
+        return
+    from fedmpi.data.party_sizes import party_sizes
+
+    try:
+        sizes = party_sizes(cfg)
+    except ConfigError as exc:
+        print(f"plan: the parties' images cannot be counted here ({exc})", file=stream)
+        return
+    for name, (images, step) in sizes.items():
+        print(f"  {name}: {images} images, {step} a step, {-(-images // step)} steps an epoch", file=stream)
+    print(plan_line(cfg, sizes), file=stream)
 
 
 if __name__ == "__main__":

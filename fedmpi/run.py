@@ -12,19 +12,20 @@ import argparse
 import contextlib
 import io
 import os
-import datetime
 import sys
 import textwrap
-from pathlib import Path
 from typing import Callable
 
 from fedmpi.comm import control, nodes
 from fedmpi.comm.node_share import quiet_open_mpi_windows
 from fedmpi.comm.start import start_mpi
 from fedmpi.config import ConfigError, load_config, to_yaml
+from fedmpi.config.files import check_files
 from fedmpi.core import signals
 from fedmpi.core.malloc import start_again_tuned
 from fedmpi.memory.check import check_memory, short_under_glibc_defaults
+from fedmpi.launch_notes import finished_message, say_plan
+from fedmpi.run_folder import choose_run_dir, undo_failed_start
 from fedmpi.layout import SERVER, build_layout, check_world_size
 
 USAGE_ERROR = 2
@@ -80,13 +81,22 @@ def parse_args(argv):
     return parser.parse_intermixed_args(argv)  # options may come after the overrides, e.g. `k=v --resume auto`
 
 
+def party_sizes(cfg) -> dict:
+    """The parties' images, read only for `optim.steps_per_epoch: auto`; a missing file is named before the data
+    layer (and torch) is imported."""
+    check_files(cfg)
+    from fedmpi.data.party_sizes import party_sizes as counted
+
+    return counted(cfg)
+
+
 def memory_short(argv) -> bool:
     """Whether this launch's nodes are short of memory under glibc's default malloc (core/malloc.py); quietly:
     a problem with the command line or the config is main()'s to report."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             args = parse_args(argv)
-            return short_under_glibc_defaults(load_config(args.config, args.overrides), os.environ)
+            return short_under_glibc_defaults(load_config(args.config, args.overrides, sizes=party_sizes), os.environ)
         except (ConfigError, SystemExit, ValueError):
             return False
 
@@ -115,39 +125,6 @@ def on_root(mpi, decide: Callable[[], object]):
     if problem:
         raise ConfigError(problem)
     return value
-
-
-def choose_run_dir(cfg, resume: str | None = None) -> tuple[Path, bool]:
-    """The run folder (rank 0) and whether this launch created it."""
-    from fedmpi.algorithms.registry import method_key
-
-    method = method_key(cfg.fed.algorithm, cfg.fed.setting).replace(" ", "-")   # 'pfm', 'centralized-pfm'
-    name = cfg.log.name or f"{method}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(cfg.log.dir) / name
-    if resume is not None and not cfg.log.name:
-        raise ConfigError("--resume needs log.name: set log.name=NAME to the run folder to continue (under log.dir)")
-    if resume is None and (run_dir / "log.h5").exists():
-        raise ConfigError(f"log.name: {run_dir / 'log.h5'} already exists; choose another log.name, or continue "
-                          f"that run with --resume auto (nothing was overwritten)")
-    existed = run_dir.is_dir()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"log.dir: cannot create the run folder {run_dir} ({exc.strerror or exc})") from None
-    return run_dir, not existed
-
-
-def undo_failed_start(run_dir: Path, created: bool) -> None:
-    """On rank 0 when the launch fails before its first round is logged: remove the log it began and the run
-    folder it created (if nothing else is in it), so the name can be used again."""
-    from fedmpi.store.h5log import starting_name
-
-    starting_name(run_dir / "log.h5").unlink(missing_ok=True)
-    if created:
-        try:
-            run_dir.rmdir()
-        except OSError:
-            pass  # something else is in it: leave it
 
 
 def abort_launch(mpi, exc: BaseException) -> None:
@@ -196,13 +173,14 @@ def main(argv=None) -> int:
     mpi = MPI.COMM_WORLD  # torch is imported once the launch is accepted: a refused one ends in a blink
     rank = mpi.Get_rank()
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, args.overrides, sizes=party_sizes)
         if args.print_config:
             if rank == 0:
                 print(to_yaml(cfg), end="")
             return 0
         layout = build_layout(cfg)
         check_world_size(layout, mpi.Get_size())
+        check_files(cfg)   # a missing file is named by its setting before torch is loaded
         places = nodes.survey(mpi)  # every rank's node, local rank and address; a node that cannot take part is named
         check_memory(cfg, layout, mpi, places)  # a layout that cannot fit its nodes' memory ends here, before torch
         run_dir, created = on_root(mpi, lambda: choose_run_dir(cfg, args.resume))
@@ -213,7 +191,10 @@ def main(argv=None) -> int:
         return fail(str(exc), rank)
     except Exception as exc:  # noqa: BLE001 - no rank may be left waiting for one that failed here
         abort_launch(mpi, exc)
-
+    if resume is not None and resume.round >= cfg.rounds:
+        if rank == 0:
+            print(finished_message(cfg, resume, run_dir, mpi.Get_size()), flush=True)
+        return 0
 
     def work() -> int:
         from fedmpi.core.build import build_parts
@@ -224,6 +205,8 @@ def main(argv=None) -> int:
         if not cfg.cross_device:  # the missing synthetic sets, written by several ranks at once
             generate_missing(cfg, layout, mpi, validation=needs_validation_sets(cfg))
         description = prepare_data(cfg, layout) if rank == SERVER else None
+        if rank == SERVER:
+            say_plan(cfg, layout, description)
         if rank == SERVER and needs_validation_sets(cfg):
             prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
         # the others nap while rank 0 writes the data (a blocking MPI barrier spins); rank 0 failing ends the job

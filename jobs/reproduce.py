@@ -1,7 +1,7 @@
-"""`python -m jobs.reproduce fedface|badparty|hsu --scale cpu [--slurm] [key=value ...]`: run a study (FedFace's
+"""`python -m jobs.reproduce fedface|badparty|hsu|hsu-long --scale cpu [--slurm] [key=value ...]`: run a study (FedFace's
 Table 1, Fig. 4-6 and a bad-party run, jobs/fedface_study.py; a bad party, robust rules and DP,
 jobs/badparty_study.py; Hsu et al.'s claims, jobs/hsu_study.py, whose second stage of runs is chosen from the
-first's results; the field's baselines, jobs/frbaselines_study.py, whose runs from a pretrained start follow the
+first's results, and its long alpha = 0 stage, jobs/hsu_long.py; the field's baselines, jobs/frbaselines_study.py, whose runs from a pretrained start follow the
 pretraining) through the sweep machinery of jobs/sweep.py -- here under
 mpirun one run after another, or with --slurm as job arrays (waiting for them, bounded by --timeout) -- then
 write the results file (default docs/results/fedface_<scale>.md, figures beside it) from the runs' HDF5 logs
@@ -24,6 +24,7 @@ from pathlib import Path
 from jobs.badparty_study import SCALES as BADPARTY_SCALES, study as badparty_study
 from jobs.fedface_study import SCALES, study
 from jobs.frbaselines_study import SCALES as FR_SCALES, follow_up as fr_follow_up, study as fr_study
+from jobs.hsu_long import SCALES as HSU_LONG_SCALES, follow_up as hsu_long_follow_up, study as hsu_long_study
 from jobs.hsu_study import SCALES as HSU_SCALES, follow_up as hsu_follow_up, study as hsu_study
 from fedmpi.analysis.sweep_index import ended, read_index, write_index
 from jobs.local import children_cpu_s
@@ -35,10 +36,11 @@ from jobs.sweep_plans import RunSpec
 STUDIES = {"fedface": (SCALES, study, "fedmpi.analysis.fedface_report:write_report"),
            "badparty": (BADPARTY_SCALES, badparty_study, "fedmpi.analysis.badparty_report:write_report"),
            "fr-baselines": (FR_SCALES, fr_study, "fedmpi.analysis.frbaselines_report:write_report"),
-           "hsu": (HSU_SCALES, hsu_study, "fedmpi.analysis.hsu_report:write_report")}
+           "hsu": (HSU_SCALES, hsu_study, "fedmpi.analysis.hsu_report:write_report"),
+           "hsu-long": (HSU_LONG_SCALES, hsu_long_study, "fedmpi.analysis.hsu_long_report:write_report")}
 # study -> the runs it adds once its first runs are done, chosen from (or made from) their results:
 # (scale, folder) -> runs
-FOLLOW_UPS = {"hsu": hsu_follow_up, "fr-baselines": fr_follow_up}
+FOLLOW_UPS = {"hsu": hsu_follow_up, "hsu-long": hsu_long_follow_up, "fr-baselines": fr_follow_up}
 SESSION_KEYS = ("command", "commit", "started", "load_before", "load_after", "wall_s", "cpu_s")
 
 

@@ -1,4 +1,10 @@
-"""`python -m tools.evaluate CHECKPOINT_OR_PTH --ijbb ROOT --ijbc ROOT --megaface ROOT [--out DIR]`
+"""`python -m tools.evaluate MODEL --pairs A.bin [B.bin ...]` and/or `--ijbb ROOT --ijbc ROOT --megaface ROOT`
+
+Pair sets (`--pairs`, LFW-style `.bin` files such as tools.pack_bin writes): 10-fold accuracy ± std and TAR at
+--fars per set, by the in-run evaluation's code (fedmpi/protocols/pair_sets.py); `--folds held-out --fv-folds F`
+gives exactly the numbers a run logs in /eval; `--flip none` scores the images without their flipped copies
+(default: the flip-sum, as insightface's eval/verification.py). Prints the table and writes OUT/pairs.md
+(and OUT/pairs.json, every digit).
 
 The large-scale benchmarks of a trained backbone, post hoc: IJB-B / IJB-C 1:1 template verification
 (TAR at FAR 1e-6 ... 1e-1) and MegaFace rank-1 identification at 10^1 ... 10^6 distractors with TAR at
@@ -23,13 +29,24 @@ import sys
 from pathlib import Path
 
 from fedmpi.metrics.roc import TAR_READINGS
+from fedmpi.metrics.verification import FV_FOLD_CHOICES
 from fedmpi.protocols import BENCHMARKS
+from fedmpi.protocols.pair_sets import FLIPS, FOLDS
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tools.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("backbone", help="checkpoint / run folder, or a .pth state_dict")
+    parser.add_argument("backbone", metavar="MODEL", help="checkpoint / run folder, or a .pth state_dict")
+    parser.add_argument("--pairs", nargs="+", metavar="BIN", default=[], help="LFW-style .bin pair sets to score")
+    parser.add_argument("--folds", choices=FOLDS, default="all",
+                        help="pair sets: all 10 folds (insightface, default) or the run's held-out 5")
+    parser.add_argument("--fv-folds", choices=FV_FOLD_CHOICES, default="first",
+                        help="pair sets with --folds held-out: the run's fv.folds (default: %(default)s)")
+    parser.add_argument("--flip", choices=FLIPS, default="sum",
+                        help="pair sets: f(x) + f(flipped x) (default, as insightface) or f(x) alone")
+    parser.add_argument("--fars", nargs="+", type=float, default=[1e-3, 1e-2], metavar="FAR",
+                        help="pair sets: TAR at these FARs (default: 1e-3 1e-2, as the run logs)")
     for name in BENCHMARKS:
         parser.add_argument(f"--{name}", metavar="ROOT", help=f"the {name} release folder")
     parser.add_argument("--out", default="benchmark-results", help="where reports go (default: %(default)s)")
@@ -51,8 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--fixture-seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.sets = {n: getattr(args, n) for n in BENCHMARKS if getattr(args, n)}
-    if not args.sets:
-        parser.error("name at least one benchmark: --ijbb ROOT, --ijbc ROOT or --megaface ROOT")
+    if not args.sets and not args.pairs:
+        parser.error("name what to evaluate on: --pairs A.bin ..., --ijbb ROOT, --ijbc ROOT or --megaface ROOT")
     return args
 
 
@@ -69,8 +86,9 @@ def make_fixtures(sets: dict[str, str], image_size: int, seed: int) -> None:
         print(f"{root}: synthetic {name} release written", flush=True)
 
 
-def evaluate_sets(args, names: list[str], say=print) -> dict[str, dict[str, float]]:
-    """Evaluate the named benchmarks of args.sets; write their reports; return {name: metrics}."""
+def evaluate_sets(args, names: list[str], say=print, pairs: bool = True) -> dict[str, dict[str, float]]:
+    """Evaluate the named benchmarks of args.sets (and the pair sets, `pairs`); write their reports; return
+    {benchmark: metrics}."""
     import torch
 
     from fedmpi.protocols import build_protocol
@@ -80,6 +98,12 @@ def evaluate_sets(args, names: list[str], say=print) -> dict[str, dict[str, floa
     backbone, image_size, description = load_backbone(args.backbone)
     backbone = backbone.to(torch.device(args.device))
     results = {}
+    if args.pairs and pairs:
+        from fedmpi.protocols.pair_sets import write_pairs_report
+
+        say(write_pairs_report(backbone, image_size, description, args.pairs, Path(args.out), folds=args.folds,
+                               fv_folds=args.fv_folds, flip=args.flip, fars=args.fars, batch_size=args.batch_size,
+                               device=args.device))
     for name in names:
         protocol = build_protocol(name, args.sets[name], image_size, batch_size=args.batch_size,
                                   device=args.device, workers=args.workers,
@@ -92,6 +116,12 @@ def evaluate_sets(args, names: list[str], say=print) -> dict[str, dict[str, floa
         for path in write_report(Path(args.out), name, protocol.last, description):
             say(f"wrote {path}")
     return results
+
+
+def pair_sets_hint(sets: dict[str, str]) -> str:
+    """A benchmark ROOT that holds .bin pair sets was meant for --pairs: say so."""
+    bins = sorted(str(p) for root in sets.values() if Path(root).is_dir() for p in Path(root).glob("*.bin"))
+    return f"; the .bin pair sets there are scored with --pairs {' '.join(bins)}" if bins else ""
 
 
 def main(argv=None) -> int:
@@ -116,9 +146,10 @@ def main(argv=None) -> int:
             make_fixtures(args.sets, load_backbone(args.backbone)[1], args.fixture_seed)
         results = evaluate_sets(args, names)
     except (DataError, BackboneFileError, ResumeError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{pair_sets_hint(args.sets)}", file=sys.stderr)
         return 1
-    print(format_table(results))
+    if results:
+        print(format_table(results))
     return 0
 
 
@@ -134,9 +165,10 @@ def _main_mpi(args, names, world) -> int:
             make_fixtures(args.sets, load_backbone(args.backbone)[1], args.fixture_seed)
         world.Barrier()
         mine = names[rank::size]
-        results = evaluate_sets(args, mine, say=lambda text: print(f"rank {rank}: {text}", flush=True))
+        results = evaluate_sets(args, mine, say=lambda text: print(f"rank {rank}: {text}", flush=True),
+                                pairs=rank == 0)   # the pair sets on rank 0
         gathered = world.gather(results, root=0)
-        if rank == 0:
+        if rank == 0 and names:
             merged = {k: v for part in gathered for k, v in part.items()}
             print(format_table({n: merged[n] for n in names}), flush=True)
         return 0

@@ -50,10 +50,13 @@ class GaussianMechanism(Aggregator):
     name, label = "dp", "DP-FedAvg (Gaussian)"
 
     def __init__(self, inner: Aggregator, options, count: int, nonnegative: tuple[slice, ...] = (),
-                 clip_at_server: bool = True):
+                 clip_at_server: bool = True, noised_by_participants: bool = False):
+        """noised_by_participants: distributed DP under secure aggregation (fedmpi/secagg/uploads.py, dp_share):
+        every participant clipped its update and added its share of the noise before masking, so the combination
+        carries the noise already; here only the report and the clamp."""
         super().__init__(options)
         self.inner, self.count, self.nonnegative = inner, count, tuple(nonnegative)
-        self.clip_at_server = clip_at_server
+        self.clip_at_server, self.noised_by_participants = clip_at_server, noised_by_participants
         self.needs_uploads = clip_at_server or inner.needs_uploads
         self.clips_uploads = clip_at_server
         self.clip = float(options.clip)
@@ -73,7 +76,7 @@ class GaussianMechanism(Aggregator):
         self.inner(uploads, w, out)
         # the sensitivity of the combination to one upload: C max_i w_i, or C / m for m clients counted once
         share = float(w.max()) if w is not None else 1.0 / self.count
-        self.add_noise(out, self.z * self.clip * share)
+        self.add_noise(out, self.z * self.clip * share, 0.0 if self.noised_by_participants else 1.0)
         if self.options.adaptive:
             self.adapt(norms)
         return out
@@ -91,10 +94,11 @@ class GaussianMechanism(Aggregator):
             row.lerp_(ref, share)                               # θ_i + (1 − s_i)(Θ − θ_i)
         return norms
 
-    def add_noise(self, out: torch.Tensor, std: float) -> None:
-        """out += N(0, std² I) from the seeded generator (drawn on the CPU, so the same on any device); then the
-        `nonnegative` slices clamped at 0."""
-        out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
+    def add_noise(self, out: torch.Tensor, std: float, here: float = 1.0) -> None:
+        """out += N(0, std² I) from the seeded generator (drawn on the CPU, so the same on any device; `here` 0:
+        the participants added it); then the `nonnegative` slices clamped at 0."""
+        if here:
+            out.add_(torch.randn(out.shape, generator=self.generator, dtype=out.dtype).to(out.device), alpha=std)
         for part in self.nonnegative:
             out[part].clamp_(min=0.0)
         self.last = {"clip": self.clip, "noise_std": std, "unclipped": float("nan")}

@@ -185,13 +185,18 @@ def claims(cells: Cells, win: dict) -> Table:
     return Table(["claim", "here", "verdict"], rows)
 
 
-def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
-    folder, out = Path(folder), Path(out)
-    report = Report(folder, out)
+def start_report(folder: Path, out: Path, title: str, rationale: str = "", written_by: str = "") -> Report:
+    """A results file's report with the study's header under `title` ({scale}: the study's scale)."""
+    report = Report(Path(folder), Path(out))
     report.lines += header(report, rationale)
-    report.lines[0] = f"# Hsu et al. (2019) at {report.index['study']['scale']} scale"
+    report.lines[0] = "# " + title.format(scale=report.index["study"]["scale"])
     if written_by:
         report.lines[4:4] = [f"This file was written again from the same logs by {written_by}.", ""]
+    return report
+
+
+def write_report(folder: Path, out: Path, rationale: str = "", written_by: str = "") -> Path:
+    report = start_report(folder, out, "Hsu et al. (2019) at {scale} scale", rationale, written_by)
     results = load_results(folder)
     tuning = min(r.seed for r in results)
     cells = Cells(results)

@@ -71,7 +71,9 @@ def grouped_bars(ax, categories: list[str], series: dict[str, list[float]], colo
 
 
 def figure_legend(fig, axes, title: str) -> None:
-    """One legend for all panels, below them (entries in first-seen order)."""
+    """One legend for all panels, below them (entries in first-seen order). The panels are laid out first
+    (tight_layout), so no panel's title runs into the x-axis labels of the panel above it."""
+    fig.tight_layout()
     entries = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):

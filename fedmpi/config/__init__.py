@@ -22,6 +22,7 @@ from fedmpi.config.fed import FedConfig
 from fedmpi.config.aggregation import sampling_rate
 from fedmpi.config.clients import ClientsConfig
 from fedmpi.config.legacy import migrate_legacy
+from fedmpi.config.epochs import AUTO, with_derived_steps
 
 
 @dataclass
@@ -85,6 +86,7 @@ CHOICES = {
     "fed.setting": ("federated", "centralized", "solo"),
     "fed.weighting": ("uniform", "batch"),
     "fed.upload_check.action": ("off", "warn", "exclude", "stop"),
+    "fed.secure_aggregation.mode": ("off", "secagg", "secagg+"),
     "fv.norm": ("local", "moving"),
     "fv.folds": ("first", "second"),
     "fv.placement": ("server", "dedicated"),
@@ -186,8 +188,11 @@ def validate(cfg: Config) -> Config:
 # ------------------------------------------------------------------ entry point
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults <- YAML file (if any) <- dotted overrides; then type-check and validate."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                sizes=None) -> Config:
+    """Defaults <- YAML file (if any) <- dotted overrides; then type-check and validate. `sizes(cfg)` gives the
+    parties' {name: (images, images per step)} for `optim.steps_per_epoch: auto` (fedmpi/data/party_sizes.py:
+    the launch and fedmpi.layout pass it; the config reads no data itself)."""
     data = to_dict(Config())
     if path is not None:
         path = Path(path)
@@ -207,7 +212,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = _merge(data, loaded, "")
     for item in overrides:
         apply_override(data, item)
-    return validate(typed_section(Config, migrate_legacy(data)))
+    cfg = typed_section(Config, migrate_legacy(data))
+    if cfg.optim.steps_per_epoch == AUTO:
+        cfg = with_derived_steps(cfg, sizes, validate)
+    return validate(cfg)
 
 
 def config_from_yaml(text: str, where: str = "config") -> Config:

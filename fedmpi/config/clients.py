@@ -43,6 +43,8 @@ class ClientsConfig:
     # sequential: a trainer rank's clients one after another; vectorised: those of equal size as one batch
     # (crossdevice/cohort.py); auto: vectorised on a GPU where the rule allows it, else sequential
     cohort: str = "sequential"
+    dropout: float = 0.0             # with fed.secure_aggregation: a sampled client misses each stage with this
+                                     # probability (simulated per round and stage; the log's `secagg` table)
 
     @property
     def face_clients(self) -> bool:
@@ -89,6 +91,11 @@ class ClientsConfig:
                                 "federated or centralized")
         if fv_runs(cfg):
             fail("fv.enabled", "FV weights silo parties; cross-device clients (clients.population > 0) have none")
+        if not 0 <= self.dropout < 1:
+            fail("clients.dropout", f"must be in [0, 1), got {self.dropout}")
+        if self.dropout and not cfg.fed.secure_aggregation.enabled:
+            fail("clients.dropout", "simulates clients missing a stage of secure aggregation: set "
+                                    "fed.secure_aggregation.mode")
 
     def validate_faces(self, cfg, fail) -> None:
         self.faces.validate(fail, "clients.faces")

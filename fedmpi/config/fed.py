@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
 from fedmpi.config.aggregation import DPConfig, UploadCheckConfig, validate_aggregation
 from fedmpi.config.rules import algorithm_class, algorithm_options, paper_local_momentum
+from fedmpi.config.secure_aggregation import SecureAggregationConfig
 
 
 @dataclass
@@ -56,6 +57,7 @@ class FedConfig:
     aggregation: dict = field(default_factory=lambda: {"rule": "mean"})  # the combination: rule + its options
     dp: DPConfig = field(default_factory=DPConfig)  # central differential privacy (DP-FedAvg)
     upload_check: UploadCheckConfig = field(default_factory=UploadCheckConfig)   # an upload out of range
+    secure_aggregation: SecureAggregationConfig = field(default_factory=SecureAggregationConfig)  # the sum only
 
     def validate(self, cfg: "Config", fail) -> "FedConfig":
         """Check the section against the run; returns it resolved, as a new object (this one is left as it is):
@@ -77,5 +79,6 @@ class FedConfig:
         aggregation = validate_aggregation(cfg, fail)
         self.dp.validate(cfg, fail)
         self.upload_check.validate(cfg, fail)
+        self.secure_aggregation.validate(cfg, fail)
         return dataclasses.replace(self, local_momentum=momentum, options=dataclasses.asdict(options),
                                    aggregation=aggregation)

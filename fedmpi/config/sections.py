@@ -58,7 +58,8 @@ class OptimConfig:
     weight_decay: float = 5e-4
     batch_size: int = 64             # per trainer rank
     epochs: int = 26
-    steps_per_epoch: int = 12800
+    steps_per_epoch: int | str = 12800   # or auto: the longest party's epoch in steps, rounded up to rounds of
+                                     # fed.K (config/epochs.py); the run says the plan at its start
     milestones: list[int] = field(default_factory=lambda: [10, 18, 24])  # epochs; lr x gamma at each
     gamma: float = 0.1
     amp: str = "none"                # none | bf16 | fp16 (GPU runs)
@@ -67,6 +68,8 @@ class OptimConfig:
     fused: bool | None = None        # the classifier's momentum SGD as one fused kernel; empty: on with CUDA
 
     def validate(self, cfg: "Config", fail) -> None:
+        if isinstance(self.steps_per_epoch, str):
+            fail("optim.steps_per_epoch", f"must be a number of steps or auto, got {self.steps_per_epoch!r}")
         for key in ("lr", "batch_size", "epochs", "steps_per_epoch"):
             if not getattr(self, key) > 0:
                 fail(f"optim.{key}", f"must be > 0, got {getattr(self, key)}")

@@ -13,12 +13,20 @@ WORDS = {"yes": True, "on": True, "no": False, "off": False}
 def _strip_optional(tp):
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0], True
+        return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), type(None) in typing.get_args(tp)
     return tp, False
 
 
 def _coerce(value, tp, path: str):
     tp, optional = _strip_optional(tp)
+    if typing.get_origin(tp) is typing.Union and value is not None:   # e.g. int | str: the first type that fits
+        for member in typing.get_args(tp):
+            try:
+                return _coerce(value, member, path)
+            except ConfigError:
+                continue
+        names = " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(tp))
+        raise ConfigError(f"{path}: expected {names}, got {value!r}")
     if value is None:
         if optional:
             return None

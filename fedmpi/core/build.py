@@ -64,8 +64,11 @@ def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...
         return inner
     from fedmpi.aggregation.dp import GaussianMechanism
 
-    # silo: each party's update clipped at the server; cross-device: each client's on its trainer rank
-    return GaussianMechanism(inner, cfg.fed.dp, uploads(cfg), nonnegative, clip_at_server=not cfg.cross_device)
+    # silo: each party's update clipped at the server; cross-device: each client's on its trainer rank; under
+    # secure aggregation each participant clips and adds its share of the noise (distributed DP)
+    secure = cfg.fed.secure_aggregation.enabled
+    return GaussianMechanism(inner, cfg.fed.dp, uploads(cfg), nonnegative,
+                             clip_at_server=not (cfg.cross_device or secure), noised_by_participants=secure)
 
 
 def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:

@@ -19,16 +19,18 @@ class Progress:
         self.rounds = rounds
         self.parties = parties
         self.stream = stream
+        self.first_round = 0   # 1-based, the first this launch ran (a resume starts after its checkpoint)
+        self.last_round = 0
         self.first_loss: np.ndarray | None = None
         self.last_loss: np.ndarray | None = None
         self.started = time.time()
 
     def line(self, r: int, loss: np.ndarray, images_per_s: float, wall_time: float, note: str = "") -> None:
         """`note`: the side work's (FV iterations, the latest test accuracy), at the end of the line."""
-        if self.first_loss is None:
-            self.first_loss = loss.copy()
-        self.last_loss = loss.copy()
         done = r + 1
+        if self.first_loss is None:
+            self.first_loss, self.first_round = loss.copy(), done
+        self.last_loss, self.last_round = loss.copy(), done
         eta = wall_time / done * (self.rounds - done)
         losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
         self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
@@ -39,7 +41,8 @@ class Progress:
         out = [f"log: {log_path}"]
         if self.first_loss is not None:
             for name, a, b in zip(self.parties, self.first_loss, self.last_loss):
-                out.append(f"  {name}: loss {a:.3f} (round 1) -> {b:.3f} (round {self.rounds})")
+                out.append(f"  {name}: loss {a:.3f} (round {self.first_round}) -> {b:.3f} "
+                           f"(round {self.last_round})")
         out.append(f"  wall time {_duration(time.time() - self.started)}")
         if extra:
             out.append(extra)

@@ -13,6 +13,7 @@ from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.sampler import ClientSampler
+from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.core.seams import NoClasses
@@ -33,6 +34,8 @@ class CrossDeviceSetting:
         else:
             tables["eval"] = EVAL_COLUMNS
         self.log_schema = {"val_sets": list(cfg.data.val_sets), "extra_tables": tables}
+        if cfg.fed.secure_aggregation.enabled:     # who missed which stage of the round's session
+            tables["secagg"] = secure_log_table(self.sampler.count)
         self.party_tables: dict = {}   # no per-client numbers beyond the round's statistics
 
     @property
@@ -48,6 +51,11 @@ class CrossDeviceSetting:
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> ClientExchange:
         ctx, parts = self.ctx, self.parts
         trainers = ctx.layout.trainer_ranks
+        if self.cfg.fed.secure_aggregation.enabled:
+            self.uploads = SecureClientExchange(self.cfg, trainers, client_group(trainers), ctx.control, self.sampler,
+                                                self.data.sizes(), up_numel, parts.state.numel, parts.device,
+                                                parts.dtype, log=log)
+            return self.uploads
         self.uploads = ClientExchange(trainers, client_group(trainers), ctx.control, self.sampler, self.data.sizes(),
                                       up_numel, parts.device, parts.dtype, log=log,
                                       store=client_store(parts.rule, parts.state.trainable, len(self.data.parts),

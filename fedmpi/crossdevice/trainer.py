@@ -10,6 +10,7 @@ from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.client_objective import client_objective
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
+from fedmpi.crossdevice.secure_clients import SecureClients
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
@@ -34,6 +35,11 @@ class ClientTrainer:
                                   objective=client_objective(cfg, parts.model, data))
         self.previous = self.local.down.theta.clone()
         self.each = self.trainer_side.send_upload if parts.every_upload else None
+        # each client masks its own upload (fed.secure_aggregation): the rank sends their masked sum
+        self.secure = SecureClients.build(cfg, ctx.control, self.local.data.sizes(), self.state.numel,
+                                          self.local.up.flat.numel())
+        if self.secure:
+            self.each = self.secure.add
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
         # a client's batch order comes from (seed, round, client) and its state lives with the server
@@ -46,6 +52,8 @@ class ClientTrainer:
         """This rank's clients of the round, and their states for a rule that keeps per-client state."""
         self.lr = lr
         self.clients = self.trainer_side.receive_assignment(r)
+        if self.secure:
+            self.secure.prepare(r, self.clients, self.local.down.flat)
         layout = self.local.layout
         self.states = self.trainer_side.receive_states(len(self.clients), layout.initial) if layout else None
 
@@ -59,6 +67,8 @@ class ClientTrainer:
             ex.send_states(self.states)
         if self.each is None:
             ex.send_local(trained[0])
+        if self.secure:
+            self.secure.finish()
         self.previous.copy_(local.down.theta)
         ex.receive_global(local.down.flat)
         local.new_global(self.previous, self.lr)

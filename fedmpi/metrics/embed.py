@@ -18,9 +18,10 @@ def _check_images(images) -> None:
 
 
 def embed_images(backbone: torch.nn.Module, images_uint8: torch.Tensor, batch_size: int = 128,
-                 device="cpu", normalize: bool = True) -> torch.Tensor:
+                 device="cpu", normalize: bool = True, flip: bool = True) -> torch.Tensor:
     """[N, D] float32 on the CPU: normalize(f(x) + f(flip_w(x))), f in eval mode without gradients; with
-    normalize=False the sum itself (its norm kept, as insightface's IJB protocol pools it).
+    normalize=False the sum itself (its norm kept, as insightface's IJB protocol pools it); with flip=False
+    f(x) alone (insightface's verification.py reports both: acc1 without the flip, acc2 with the sum).
 
     The backbone's training flag is restored afterwards; the backbone must already be on `device`.
     """
@@ -37,7 +38,7 @@ def embed_images(backbone: torch.nn.Module, images_uint8: torch.Tensor, batch_si
         with torch.no_grad():
             for start in range(0, len(images_uint8), batch_size):
                 batch = normalize_images(images_uint8[start:start + batch_size].to(device), dtype)
-                summed = backbone(batch) + backbone(torch.flip(batch, dims=(3,)))
+                summed = backbone(batch) + backbone(torch.flip(batch, dims=(3,))) if flip else backbone(batch)
                 summed = summed.float()
                 chunks.append((torch.nn.functional.normalize(summed, dim=1) if normalize else summed).cpu())
     finally:

@@ -14,7 +14,7 @@ import torch
 
 from .embed import embed_images, pair_scores
 from .roc import tar_at_far, tar_key
-from .verification import fold_slices, fv_accuracy, heldout_accuracy, split_fv_folds
+from .verification import fold_slices, fv_accuracy, kfold_accuracy, split_fv_folds
 
 
 def diverged(metrics: Mapping[str, float]) -> bool:
@@ -25,7 +25,7 @@ def diverged(metrics: Mapping[str, float]) -> bool:
 class Evaluator:
     def __init__(self, sets: Mapping[str, tuple[torch.Tensor, np.ndarray]], fv_folds: str = "first",
                  batch_size: int = 128, device="cpu", fars: Sequence[float] = (1e-3, 1e-2),
-                 n_folds: int = 10, thresholds=None):
+                 n_folds: int = 10, thresholds=None, flip: bool = True):
         if not sets:
             raise ValueError("Evaluator needs at least one validation set")
         split_fv_folds(fv_folds, n_folds)  # validates the switch early
@@ -46,10 +46,11 @@ class Evaluator:
             self.sets[name] = (images, issame)
         self.fv_folds, self.n_folds, self.thresholds = fv_folds, n_folds, thresholds
         self.batch_size, self.device, self.fars = batch_size, device, tuple(float(f) for f in fars)
+        self.flip = flip
 
     def pair_scores(self, backbone: torch.nn.Module) -> dict[str, np.ndarray]:
-        """Cosine similarity of every pair of every set (flip-sum embeddings)."""
-        return {name: pair_scores(embed_images(backbone, images, self.batch_size, self.device))
+        """Cosine similarity of every pair of every set (flip-sum embeddings, or the images alone: flip=False)."""
+        return {name: pair_scores(embed_images(backbone, images, self.batch_size, self.device, flip=self.flip))
                 for name, (images, _) in self.sets.items()}
 
     def fv_scores(self, scores: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -60,14 +61,17 @@ class Evaluator:
     def heldout_metrics(self, scores: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
         """Held-out accuracy (mean, std over folds, threshold from the other 9) and TAR@FAR on held-out pairs;
         all NaN on a set where a score is not finite (the model diverged)."""
-        _, held = split_fv_folds(self.fv_folds, self.n_folds)
+        return self.fold_metrics(scores, split_fv_folds(self.fv_folds, self.n_folds)[1])
+
+    def fold_metrics(self, scores: Mapping[str, np.ndarray], held: Sequence[int]) -> dict[str, dict[str, float]]:
+        """heldout_metrics over the folds `held` (all of them: insightface's 10-fold protocol)."""
         results = {}
         for name, (_, issame) in self.sets.items():
             if not np.isfinite(scores[name]).all():
                 results[name] = {"accuracy": np.nan, "accuracy_std": np.nan,
                                  **{tar_key(far): np.nan for far in self.fars}}
                 continue
-            accuracy = heldout_accuracy(scores[name], issame, self.fv_folds, self.n_folds, self.thresholds)
+            accuracy = kfold_accuracy(scores[name], issame, self.n_folds, eval_folds=held, thresholds=self.thresholds)
             slices = fold_slices(len(issame), self.n_folds)
             held_idx = np.concatenate([np.arange(slices[f].start, slices[f].stop) for f in held])
             metrics = {"accuracy": accuracy["mean"], "accuracy_std": accuracy["std"]}

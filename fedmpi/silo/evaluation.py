@@ -61,6 +61,16 @@ def accuracy_table(first: tuple[int, dict], last: tuple[int, dict]) -> str:
     return "\n".join(lines)
 
 
+def logged_first(log) -> tuple[int, dict] | None:
+    """(round, {set: accuracy and std}) of the first evaluation already in the log (a resumed run's), or None."""
+    table = getattr(log, "f", None) and log.f.get("eval")
+    if table is None or "round" not in table or not table["round"].shape[0]:
+        return None
+    sets = [name for name in table if "accuracy" in getattr(table[name], "keys", dict)()]
+    return int(table["round"][0]), {s: {"accuracy": float(table[f"{s}/accuracy"][0]),
+                                        "accuracy_std": float(table[f"{s}/accuracy_std"][0])} for s in sets}
+
+
 class Evaluation:
     """Schedules evaluations of Θ and runs them on the validator pool as side work of the server."""
 
@@ -69,7 +79,7 @@ class Evaluation:
         self.benchmarks = benchmarks                         # fedmpi.silo.benchmarks.Benchmarks or None
         self.waiting: list[tuple[int, torch.Tensor]] = []   # (round, Θ) not yet sent to the validators
         self.in_flight: tuple[int, object, torch.Tensor] | None = None  # (round, Request, Θ)
-        self.first: tuple[int, dict] | None = None
+        self.first: tuple[int, dict] | None = logged_first(log)   # a resumed run's, from its log
         self.last: tuple[int, dict] | None = None
 
     @property

@@ -18,6 +18,7 @@ from fedmpi.metrics.personal import personal_columns
 from fedmpi.silo.classes import party_rows
 from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
+from fedmpi.silo.secure_exchange import SecureSiloExchange, leaves_party, upload_check_note
 from fedmpi.silo.server_classes import ServerKit
 from fedmpi.silo.side_work import SideWork
 
@@ -37,7 +38,7 @@ class SiloSetting:
         self.data_description = data_description
         rule = parts.rule
         self.log_schema = {"val_sets": list(cfg.data.val_sets), "fv_candidates": cfg.fv.T if fv_runs(cfg) else 0,
-                           "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": rule.leaves_party}}
+                           "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": leaves_party(cfg, rule.leaves_party)}}
         self.party_tables = party_tables(cfg, rule)
         P = len(self.parties)
         self.log_schema["extra_tables"] = {table: {"round": ((), "i8"), **{c: ((P,), "f8") for c in columns}}
@@ -55,6 +56,10 @@ class SiloSetting:
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> SiloExchange:
         ctx = self.ctx
         shared = shared_parties(ctx.layout, ctx.shares)
+        if self.cfg.fed.secure_aggregation.enabled:
+            return SecureSiloExchange(self.cfg, ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel,
+                                      down_numel, self.parts.state.numel, ctx.dtype,
+                                      intra_receivers(ctx.layout.parties, shared))
         return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
                             weighed=self.parts.rule.training.weighs_parties)
@@ -81,7 +86,9 @@ def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
 
 
 def run_silo_server(cfg: Config, ctx: Context, parts: RunParts, run_dir, data_description: dict, resume=None) -> int:
-    print(f"what leaves each party: {parts.rule.leaves_party}", flush=True)
+    print(f"what leaves each party: {leaves_party(cfg, parts.rule.leaves_party)}", flush=True)
+    if upload_check_note(cfg):
+        print(upload_check_note(cfg), flush=True)
     server = Server(cfg, parts, SiloSetting(cfg, ctx, parts, data_description), run_dir,
                     resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
     return drive(server, cfg, ctx, run_dir, resume)

@@ -22,6 +22,7 @@ from fedmpi.silo.exchange import receive_global, report as send_statistics, send
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
 from fedmpi.silo.party_parts import PartyParts
 from fedmpi.silo.party_gradients import party_model
+from fedmpi.silo.secure_upload import SecureUpload
 from fedmpi.silo.precision import Precision
 from fedmpi.silo.step_speed import StepSpeed
 from fedmpi.models.bn_groups import normalise_in_groups
@@ -54,6 +55,7 @@ class Trainer(PartyParts, PartyCheckpoint):
         self.keeps = self.node is None or self.node.keeps
         self._payloads()
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
+        self.secure = SecureUpload.build(cfg, ctx, self.party, self.state.numel) if self.is_leader else None
         self.take_global()
         group = self.groups.party
         self.precision = Precision(cfg.optim.amp, self.device, group=group, weight_cache=not self.speed.graphs)
@@ -189,7 +191,10 @@ class Trainer(PartyParts, PartyCheckpoint):
             scale_update(self.up.trainable, self.down.trainable, self.attack)
         if self.training.weighs_parties:
             send_weight(self.control, r, self.objective.weight())
-        send_local(self.up.flat, self.groups.leaders)
+        if self.secure is not None:   # masked, over the secure-aggregation session (silo/secure_upload.py)
+            self.secure.upload(r, self.up.flat, self.down.flat)
+        else:
+            send_local(self.up.flat, self.groups.leaders)
 
     def take_global(self, then=None) -> None:
         """The new global payload (and then(), which rebuilds the rule's global_state from it) on the keeper of the

@@ -41,6 +41,28 @@ def open_log(path: str | Path) -> h5py.File:
     return h5py.File(path, "r", libver="latest", swmr=True)
 
 
+# The tables a log may hold (store/h5log.py); a run without one of them (no FV, no DP) reads it as empty.
+TABLES = ("rounds", "fv", "eval", "privacy", "influence", "clients", "personal", "local", "classes")
+
+
+class UnknownName(KeyError):
+    """A table or column the log does not hold; the message lists those it does."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Columns(dict):
+    """A table's {column: array}; a column it does not hold raises UnknownName listing the ones it does."""
+
+    def __init__(self, columns: dict, where: str):
+        super().__init__(columns)
+        self.where = where
+
+    def __missing__(self, key):
+        raise UnknownName(f"{self.where}: no column {key!r} (columns: {', '.join(self) or 'none, no rows'})")
+
+
 class LogReader:
     """Reader, safe while the run writes (SWMR). Refuses logs of an unknown schema with a clear message."""
 
@@ -80,14 +102,19 @@ class LogReader:
         return json.loads(self.f.attrs.get("placement", "[]"))
 
     def table(self, name: str) -> dict[str, np.ndarray]:
-        """All columns of a table, cut to the shortest (a row being appended is not yet whole)."""
+        """All columns of a table, cut to the shortest (a row being appended is not yet whole); `log.table("eval")
+        ["lfw/accuracy"]`. A name that is neither in this log nor one of TABLES raises UnknownName listing them."""
         g = self.f.get(name)
+        where = f"{self.path} /{name}"
+        if g is None and name not in TABLES:
+            held = [key for key in self.f if isinstance(self.f[key], h5py.Group) and "round" in self.f[key]]
+            raise UnknownName(f"{self.path}: no table {name!r} (tables: {', '.join(held)})")
         if g is None or "round" not in g:
-            return {}
+            return Columns({}, where)
         for ds in datasets_of(g):
             ds.refresh()
         n = min(ds.shape[0] for ds in datasets_of(g))
-        return {key: g[key][:n] for key in dataset_names(g)}
+        return Columns({key: g[key][:n] for key in dataset_names(g)}, where)
 
     def close(self) -> None:
         self.f.close()

@@ -214,8 +214,13 @@ def test_a_job_that_dies_or_is_cancelled_is_reported_within_the_bound(slurm_clus
     from jobs.watch import wait_for
 
     site = load_site({"FEDMPI_CPU": "1"})
+    # files that exist but hold no record: the launch's file check passes them, the reader fails inside the job
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("train.rec", "train.idx"):
+        (broken / name).write_bytes(b"")
     dies = submit_run(DEMO, [*SMALL, *ONE_RANK_PARTIES, "parties.ga.data.kind=rec",
-                              f"parties.ga.data.path={tmp_path / 'missing'}", f"data.root={tmp_path / 'data'}",
+                              f"parties.ga.data.path={broken}", f"data.root={tmp_path / 'data'}",
                               f"log.dir={tmp_path / 'runs'}", "log.name=dies"], site=site, workdir=ROOT)
     cancelled = submit_run(DEMO, [*ONE_RANK_PARTIES, "fv.enabled=false", f"data.root={tmp_path / 'data'}",
                                    f"log.dir={tmp_path / 'runs'}", "log.name=cancelled"], site=site, workdir=ROOT)

@@ -159,8 +159,8 @@ BAD_INPUTS = {
                                       r"b 1\), but the job has 1; launch with mpirun -n 4 .*"),
     "missing rec path": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec",
                                     "parties.b.data.path={base}/nowhere"),
-                            r"rank 0 \(server\): FileNotFoundError: data\.kind=rec: .*nowhere/train\.rec not "
-                            r"found .*", accepted=True),
+                            r"error: parties\.b\.data\.path: .*nowhere/train\.rec not found \(a rec set is a "
+                            r"folder holding train\.rec and train\.idx, .*\)"),   # refused before torch
     "corrupt rec": Bad(WORLD, ("log.name=other", "parties.b.data.kind=rec", "parties.b.data.path={target}"),
                        r"rank 0 \(server\): DataError: .*train\.rec record 2: index offset 99999 is past the "
                        r"end of the file .*", prepare=lambda run: _corrupt_rec(run.base), accepted=True),
@@ -243,8 +243,8 @@ def _refused_pickle(base):
 
 
 FAILED_STARTS = {  # before the server opens its log, and after
-    "missing .bin folder": (lambda base: base / "no-bins", r"rank 0 \(server\): FileNotFoundError: data\.val_kind=bin: "
-                                                          r"validation set not found: .*no-bins/lfw\.bin"),
+    "missing .bin folder": (lambda base: base / "no-bins", r"error: data\.val_path: .*no-bins/lfw\.bin not found "
+                                                          r"\(data\.val_sets names lfw; .*\)"),   # before the folder
     "refused pickle": (_refused_pickle, r"rank 0 \(server\): DataError: .*lfw\.bin: refused pickle global "
                                         r"posix\.getcwd.*"),
 }

@@ -42,3 +42,29 @@ def test_ranks_per_node_come_from_the_launcher():
     assert ranks_per_node({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 17) == 4
     assert ranks_per_node({"SLURM_NTASKS": "17", "SLURM_STEP_NUM_NODES": "2"}, 17) == 9
     assert ranks_per_node({}, 17) == 17
+
+
+def test_the_headline_layout_is_short_with_the_estimates_error_as_margin(monkeypatch):
+    """`mpirun -n 17 python -m fedmpi.run optim.batch_size=8` on a 24 GB node (23.1 GiB available): its estimate
+    under glibc's defaults fits FIT_SHARE of the node, but not once raised by the estimate's 25 % error, so it starts
+    under the tuned malloc; the decision's line is the estimate x 1.25 / 0.9 of available memory."""
+    from fedmpi.config import load_config
+    from fedmpi.layout import build_layout
+    from fedmpi.memory.available import torch_build
+    from fedmpi.memory.check import ESTIMATE_ERROR, FIT_SHARE, GB, _places
+
+    assert FIT_SHARE / (1 + ESTIMATE_ERROR) == 0.72
+    headline = ["optim.batch_size=8", "run.device=cpu"]
+    cfg = load_config(None, headline)
+    totals, _, _ = _places(cfg, build_layout(cfg), ["0"] * 17, [("0", 0)] * 17, {"0": 1}, None, "cpu",
+                           torch_build(), tuned_malloc=False)
+    estimate = totals["node 0 (17 ranks)"]
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "17")
+    monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", f"{int(23.1 * GB)}")
+    assert estimate <= FIT_SHARE * 23.1 * GB            # what the check alone calls fitting
+    assert memory_short(headline)
+    line = estimate * 1.25 / 0.9
+    monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", f"{int(line) + 16}")
+    assert not memory_short(headline)
+    monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", f"{int(line) - 16}")
+    assert memory_short(headline)
