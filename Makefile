@@ -9,7 +9,8 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: demo eval-demo test venv bench clean hsu-cpu hsu-cpu-long hsu-gpu fedface-cpu badparty-cpu fr-baselines-cpu bytecode gpu-check
+.PHONY: demo eval-demo test venv bench clean hsu-cpu hsu-cpu-long hsu-gpu fedface-cpu badparty-cpu fr-baselines-cpu \
+	faces-devices-cpu bytecode gpu-check
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -110,3 +111,9 @@ badparty-cpu: $(STAMP) bytecode
 fr-baselines-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.reproduce fr-baselines --scale cpu --folder docs/results/fr-baselines-cpu --lock $(LOCK) \
 		--lock-hold $(LOCK_HOLD) $(ARGS)
+
+# A phone per person (jobs/faces_devices_study.py): a public pretraining, then 500 one-identity clients of the
+# synthetic faces from it, positive-only FedAvg and FedAwS (one step; FedFR's 20-step form), two seeds, into
+# docs/results/faces-devices-cpu/report.md; each run holds LOCK only while it runs
+faces-devices-cpu: $(STAMP) bytecode
+	$(PY) -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu --lock $(LOCK) $(ARGS)

@@ -1,7 +1,7 @@
 """The options the methods that move class embeddings share (FedAwS, FedGC, PrivacyFace; docs/BASELINES.md): each
 is a composition (method.py) of a backbone rule, their papers' local SGD (FedAvg's) or FedFace's PFM (eq. 3,
 `backbone: pfm`), whose server averages the backbones as FedAvg does, with the method's own class part. They run
-in the silo setting only (the cross-device simulation has no per-party classifier)."""
+in the silo setting, and the rows parts across devices too where the clients hold faces (validate_devices)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,11 +21,26 @@ class ClassRuleOptions:
         if self.backbone not in BACKBONES:
             raise ConfigError(f"fed.options.backbone: {self.backbone!r} is not one of {', '.join(BACKBONES)}")
         if cfg.cross_device:
-            raise ConfigError(f"fed.algorithm: {rule} moves each party's class embeddings, which the cross-device "
-                              f"simulation's clients do not keep: run it with silo parties (clients.population=0)")
+            self.validate_devices(cfg)
         if self.backbone == "pfm" and cfg.fed.local_momentum:
             raise ConfigError(f"fed.local_momentum: {rule} with fed.options.backbone=pfm steps the backbone with "
                               f"PFM's global momentum (eq. 3); leave fed.local_momentum empty or 0")
+
+    def validate_devices(self, cfg) -> None:
+        """Across devices the class embeddings are the face clients' own (one row per identity a client holds, kept
+        in the server's per-client store): a rows part steps on them as on the parties' stacked W; a summary part
+        (PrivacyFace) would need the device-side clustering and the relay to the next cohort, not built here."""
+        from fedmpi.algorithms.class_parts import RowsPart
+        from fedmpi.algorithms.registry import rule as registered
+
+        rule = cfg.fed.algorithm
+        if not cfg.clients.face_clients:
+            raise ConfigError(f"fed.algorithm: {rule} moves class embeddings, which clients of clients.dataset="
+                              f"{cfg.clients.dataset} do not keep: use clients.dataset=faces or silo parties "
+                              f"(clients.population=0)")
+        if not issubclass(registered(rule).classes, RowsPart):
+            raise ConfigError(f"fed.algorithm: {rule} relays summaries between parties; across devices only the "
+                              f"methods whose server steps on the class embeddings run (fedaws, fedgc)")
 
     def check_positive(self, *names: str) -> None:
         for name in names:

@@ -92,7 +92,7 @@ CHOICES = {
     "fv.placement": ("server", "dedicated"),
     "run.device": ("auto", "cpu", "cuda"),
     "run.dtype": ("float32", "float64"),
-    "clients.dataset": ("synthetic", "cifar10"),
+    "clients.dataset": ("synthetic", "cifar10", "faces"),
     "clients.cohort": ("sequential", "vectorised", "auto"),
     "data.val_kind": ("synthetic", "bin"),
     "parties.data.kind": ("synthetic", "rec", "folder"),

@@ -1,10 +1,11 @@
 """The `clients` section: the cross-device simulation of Hsu et al. (2019), on when population > 0."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedmpi.config.parties import DataSpec
 from fedmpi.config.rules import algorithm_class
 from fedmpi.config.sections import fv_runs
 
@@ -28,7 +29,12 @@ class ClientsConfig:
     epochs: int = 1                  # E local epochs per round
     rounds: int = 100
     ranks: int = 2                   # trainer ranks the clients are spread over
-    dataset: str = "synthetic"       # synthetic | cifar10 (a cifar-10-batches-py folder at clients.path)
+    dataset: str = "synthetic"       # synthetic | cifar10 (a cifar-10-batches-py folder at clients.path) | faces
+    # faces: a phone per person (Yu et al.'s and Aggarwal et al.'s setting): clients drawn from a face training set,
+    # each holding identities_per_client identities (its owner; a few for an album) and their class embeddings
+    faces: DataSpec = field(default_factory=lambda: DataSpec(identities=500, images_per_identity=10))
+    identities_per_client: int = 1
+    positive_margin: float = 0.9     # ν_pos of the positive-only loss (max(0, ν_pos − ŵ_c·f̂(x)))² (spec §2.3)
     path: str = ""
     train_images: int = 50000        # synthetic only
     test_images: int = 10000         # synthetic only
@@ -40,8 +46,16 @@ class ClientsConfig:
     dropout: float = 0.0             # with fed.secure_aggregation: a sampled client misses each stage with this
                                      # probability (simulated per round and stage; the log's `secagg` table)
 
+    @property
+    def face_clients(self) -> bool:
+        """Whether the clients hold faces (an IResNet, their own class embeddings) rather than CIFAR images."""
+        return self.population > 0 and self.dataset == "faces"
+
     def vectorised(self, cfg, device_type: str) -> bool:
-        """Whether a trainer rank trains its clients of equal size as one batch on `device_type`."""
+        """Whether a trainer rank trains its clients of equal size as one batch on `device_type` (never an
+        IResNet: its BatchNorm statistics are updated in place by every client's forward, crossdevice/cohort.py)."""
+        if self.face_clients:
+            return False
         if self.cohort == "auto":
             return device_type == "cuda" and algorithm_class(cfg).cohort_vectorisable
         return self.cohort == "vectorised"
@@ -59,6 +73,8 @@ class ClientsConfig:
         if self.dataset == "synthetic" and (self.train_images <= 0 or self.test_images <= 0):
             fail("clients.train_images", f"the synthetic set needs train and test images, got "
                                          f"{self.train_images}, {self.test_images}")
+        if self.dataset == "faces":
+            self.validate_faces(cfg, fail)
         central = cfg.fed.setting == "centralized"
         if self.dataset == "synthetic" and not central and self.population * self.images > self.train_images:
             fail("clients.images", f"{self.population} clients x {self.images} images exceed the "
@@ -80,3 +96,19 @@ class ClientsConfig:
         if self.dropout and not cfg.fed.secure_aggregation.enabled:
             fail("clients.dropout", "simulates clients missing a stage of secure aggregation: set "
                                     "fed.secure_aggregation.mode")
+
+    def validate_faces(self, cfg, fail) -> None:
+        self.faces.validate(fail, "clients.faces")
+        if self.identities_per_client <= 0:
+            fail("clients.identities_per_client", f"must be > 0, got {self.identities_per_client}")
+        if not 0 < self.positive_margin <= 1:
+            fail("clients.positive_margin", f"ν_pos is a cosine: must be in (0, 1], got {self.positive_margin}")
+        if self.faces.kind == "synthetic" and self.population * self.identities_per_client > self.faces.identities:
+            fail("clients.population", f"{self.population} clients x {self.identities_per_client} identities "
+                                       f"exceed the {self.faces.identities} identities of clients.faces")
+        if self.cohort == "vectorised":
+            fail("clients.cohort", "vectorised: the face clients' IResNet keeps BatchNorm statistics, which each "
+                                   "client updates in place; use clients.cohort=sequential")
+        if cfg.fed.setting == "centralized":
+            fail("fed.setting", "centralized: one client holding every face has every class embedding; the face "
+                                "clients (clients.dataset=faces) run federated")

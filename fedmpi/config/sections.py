@@ -36,8 +36,9 @@ class ModelConfig:
         for key in ("embedding_size", "width", "scale"):
             if not getattr(self, key) > 0:
                 fail(f"model.{key}", f"must be > 0, got {getattr(self, key)}")
-        if self.init and cfg.cross_device:
-            fail("model.init", "starts the silo parties' IResNet; the cross-device clients train a CIFAR CNN")
+        if self.init and cfg.cross_device and not cfg.clients.face_clients:
+            fail("model.init", f"starts an IResNet; the cross-device clients of clients.dataset="
+                              f"{cfg.clients.dataset} train a CIFAR CNN (clients.dataset=faces: an IResNet)")
         if self.init_classifier:
             if not algorithm_class(cfg).training.public_identities:
                 fail("model.init_classifier", f"holds the public identities' rows, which only a rule training over "

@@ -73,7 +73,8 @@ def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...
 
 def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:
     """Every rank's parts, made once at its start from the checked config."""
-    shared_model = build_client_model if cfg.cross_device else build_backbone   # the CIFAR CNN or the IResNet
+    # the CIFAR clients' CNN, or the IResNet (the silo parties, the face clients)
+    shared_model = build_client_model if cfg.cross_device and not cfg.clients.face_clients else build_backbone
     model = shared_model(cfg, device, dtype)
     if cfg.model.init:   # a pretrained start (rank 0 checked the file against this model before any rank got here)
         from fedmpi.models.pretrained import load_initial_backbone

@@ -22,8 +22,15 @@ class ClientData:
     std: torch.Tensor
     description: dict            # for the run log's /data
 
+    per_client = 0               # class-embedding rows a client keeps (the face clients' own; none here)
+
     def sizes(self) -> np.ndarray:
         return np.array([len(p) for p in self.parts], dtype=np.int64)
+
+    def batch(self, indices: np.ndarray, generator: torch.Generator, augment_images: bool, dtype) -> tuple:
+        """(standardised images, labels) of the training `indices`, augmented from `generator` when asked."""
+        x = to_tensor(self.train.images[indices], self.mean, self.std, dtype)
+        return (augment(x, generator) if augment_images else x), torch.from_numpy(self.train.labels[indices])
 
 
 def cifar_folder(cfg) -> Path:
@@ -41,6 +48,14 @@ def partition(cfg, labels: np.ndarray) -> list[np.ndarray]:
         return [np.arange(len(labels), dtype=np.int64)]
     return hsu_partition(labels, c.population, c.images, c.alpha, c.partition_seed,
                          prior=np.full(CLASSES, 1.0 / CLASSES))
+
+
+def open_clients(cfg):
+    """The clients' data: the face clients (crossdevice/face_clients.py) or the CIFAR clients."""
+    if cfg.clients.face_clients:
+        from fedmpi.crossdevice.face_clients import open_face_clients
+        return open_face_clients(cfg)
+    return open_client_data(cfg)
 
 
 def open_client_data(cfg) -> ClientData:

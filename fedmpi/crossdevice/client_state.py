@@ -2,11 +2,15 @@
 SCAFFOLD's c_i). The sampler spreads a round's clients over the trainer ranks anew each round, so a client's
 state cannot stay on a rank: the server keeps every client's state (`ClientStore`, CPU memory, in its
 checkpoint part), sends each sampled client's state with the round's assignment and takes the updated state
-back (point-to-point, `crossdevice/exchange.py`). A state travels as one flat tensor (`StateLayout`)."""
+back (point-to-point, `crossdevice/exchange.py`). A state travels as one flat tensor (`StateLayout`): the rule's
+keys, then the client's class-embedding rows where the clients hold faces (w_c, identities_per_client x d values:
+the server keeps W for all M clients in one dense table, `ClientStore.rows`, and returns w_c when c is next
+sampled; a row of zeros is one not yet initialised, which the device fills from its images)."""
 from __future__ import annotations
 
 import torch
 
+from fedmpi.aggregation.class_payload_check import out_of_range
 from fedmpi.core.flat import unflatten_into
 
 
@@ -19,56 +23,97 @@ def _leaves(state: dict, keys: tuple[str, ...]) -> list[torch.Tensor]:
 
 
 class StateLayout:
-    """Where the rule's per-client keys lie in one flat tensor; `initial` is a client's state before its first
-    round (from the rule's init_trainer_state)."""
+    """Where the rule's per-client keys lie in one flat tensor, then `rows` values of class embeddings; `initial` is
+    a client's state before its first round (the rule's init_trainer_state, rows of zeros)."""
 
-    def __init__(self, algorithm, params: list[torch.Tensor]):
+    def __init__(self, algorithm, params: list[torch.Tensor], rows: int = 0):
         self.keys = tuple(algorithm.client_state)
         template = algorithm.init_trainer_state(params)
         missing = [k for k in self.keys if k not in template]
         if missing:
             raise ValueError(f"{algorithm.name}: client_state names {missing}, which init_trainer_state lacks")
-        self.initial = self.pack(template)
+        rule = self.pack(template)
+        self.rule_numel, self.rows_numel = rule.numel(), rows
+        self.initial = torch.cat([rule, torch.zeros(rows, dtype=params[0].dtype, device=rule.device)])
         self.numel = self.initial.numel()
 
     def pack(self, state: dict, out: torch.Tensor | None = None) -> torch.Tensor:
         leaves = [t.reshape(-1) for t in _leaves(state, self.keys)]
         if out is None:
             return torch.cat(leaves) if leaves else torch.zeros(0)
-        return torch.cat(leaves, out=out) if leaves else out
+        if leaves:
+            torch.cat(leaves, out=out[:self.rule_numel])
+        return out
 
     def unpack(self, flat: torch.Tensor, state: dict) -> None:
-        unflatten_into(flat, _leaves(state, self.keys))
+        unflatten_into(flat[:self.rule_numel], _leaves(state, self.keys))
+
+    def rows(self, flat: torch.Tensor) -> torch.Tensor:
+        """The class-embedding values of a client's flat state (a view)."""
+        return flat[self.rule_numel:]
 
 
 class ClientStore:
-    """The server's copy of every client's state: clients never sampled hold `initial` (not stored)."""
+    """The server's copy of every client's state: the rule's part of clients never sampled is `initial` (not
+    stored); the class embeddings of all `population` clients in `rows` [M, rows_numel] (zeros until a client's
+    first round), `seen` [M] marking those a client has sent."""
 
-    def __init__(self, layout: StateLayout):
-        self.layout = layout
+    def __init__(self, layout: StateLayout, population: int = 0, norm_ratio: float = 10.0):
+        self.layout, self.norm_ratio = layout, norm_ratio
         self.initial = layout.initial.to("cpu")
         self.states: dict[int, torch.Tensor] = {}
+        self.rows = torch.zeros(population if layout.rows_numel else 0, layout.rows_numel, dtype=self.initial.dtype)
+        self.seen = torch.zeros(len(self.rows), dtype=torch.bool)
 
     def get(self, k: int) -> torch.Tensor:
-        return self.states.get(int(k), self.initial)
+        rule = self.states.get(int(k), self.initial[:self.layout.rule_numel])
+        return torch.cat([rule, self.rows[int(k)]]) if self.layout.rows_numel else rule
 
-    def put(self, k: int, flat: torch.Tensor) -> None:
-        self.states[int(k)] = flat.to("cpu", copy=True)
+    def put(self, k: int, flat: torch.Tensor, rows_kept: bool = True) -> None:
+        flat = flat.to("cpu")
+        if self.layout.rule_numel:
+            self.states[int(k)] = flat[:self.layout.rule_numel].clone()
+        if self.layout.rows_numel and rows_kept:
+            self.rows[int(k)] = self.layout.rows(flat)
+            self.seen[int(k)] = True
+
+    def put_round(self, r: int, returned: list[tuple[int, torch.Tensor]]) -> None:
+        """The round's returned states; a client's class embeddings that are not finite or out of range among the
+        round's (aggregation/class_payload_check.py) are named and left out: the store keeps its last good rows,
+        which the client gets when it is next sampled."""
+        why = (out_of_range([self.layout.rows(flat) for _, flat in returned], self.norm_ratio)
+               if self.layout.rows_numel else [None] * len(returned))
+        for (k, flat), reason in zip(returned, why):
+            if reason:
+                print(f"round {r + 1}: the class embeddings of client {k} are {reason}: left out, its last good "
+                      f"rows kept", flush=True)
+            self.put(k, flat, rows_kept=reason is None)
 
     def state_dict(self) -> dict:
         ids = sorted(self.states)
         values = (torch.stack([self.states[k] for k in ids]) if ids
-                  else torch.zeros(0, self.layout.numel, dtype=self.initial.dtype))
-        return {"ids": torch.tensor(ids, dtype=torch.int64), "values": values}
+                  else torch.zeros(0, self.layout.rule_numel, dtype=self.initial.dtype))
+        state = {"ids": torch.tensor(ids, dtype=torch.int64), "values": values}
+        return {**state, "rows": self.rows, "seen": self.seen} if self.layout.rows_numel else state
 
     def load_state_dict(self, state: dict) -> None:
         values = state["values"]
-        if values.shape[1:] != (self.layout.numel,) or values.dtype != self.initial.dtype:
+        if values.shape[1:] != (self.layout.rule_numel,) or values.dtype != self.initial.dtype:
             raise ValueError(f"checkpoint: the client states are {values.dtype} {list(values.shape)}, this run "
-                             f"keeps {self.initial.dtype} [clients, {self.layout.numel}]")
+                             f"keeps {self.initial.dtype} [clients, {self.layout.rule_numel}]")
         self.states = {int(k): v.clone() for k, v in zip(state["ids"].tolist(), values)}
+        if "rows" in state:
+            if state["rows"].shape != self.rows.shape:
+                raise ValueError(f"checkpoint: the clients' class embeddings are {list(state['rows'].shape)}, this "
+                                 f"run keeps {list(self.rows.shape)}")
+            self.rows.copy_(state["rows"])
+            self.seen.copy_(state["seen"])
 
 
-def client_store(algorithm, params: list[torch.Tensor]) -> ClientStore | None:
-    """The store for a rule that keeps per-client state; None for a rule whose clients are stateless."""
-    return ClientStore(StateLayout(algorithm, params)) if algorithm.client_state else None
+def client_store(algorithm, params: list[torch.Tensor], population: int = 0, rows: int = 0,
+                 norm_ratio: float = 10.0) -> ClientStore | None:
+    """The store for a rule that keeps per-client state or for clients that keep class embeddings (`rows` values
+    each, of `population` clients); None where the clients are stateless."""
+    if not algorithm.client_state and not rows:
+        return None
+    return ClientStore(StateLayout(algorithm, params, rows), population, norm_ratio)

@@ -120,9 +120,10 @@ class ClientExchange:
                 and all(work.is_completed() for _, _, work in self._returning))
 
     def wait(self) -> None:
-        for k, state, work in self._returning:
+        for _, _, work in self._returning:
             work.wait()
-            self.store.put(k, state)
+        if self._returning:
+            self.store.put_round(self.sampler.rounds_drawn - 1, [(k, state) for k, state, _ in self._returning])
         self._returning = []
         for work in self._work:
             work.wait()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fedmpi.aggregation.dp import clip_into
 from fedmpi.algorithms import LocalRound, views
-from fedmpi.crossdevice.client_data import ClientData, augment, to_tensor
+from fedmpi.crossdevice.client_data import ClientData
+from fedmpi.crossdevice.client_objective import ImageClasses
 from fedmpi.crossdevice.client_state import StateLayout
 from fedmpi.crossdevice.cohort import VectorisedCohort
 from fedmpi.core.payloads import Payloads
@@ -29,13 +29,16 @@ class LocalTrainer:
     `vectorised`: a round's clients of equal size trained as one batch (crossdevice/cohort.py)."""
 
     def __init__(self, model: torch.nn.Module, state, algorithm, data: ClientData, *, epochs: int, batch_size: int,
-                 seed: int, augment: bool, device, dtype, clip: float | None = None, vectorised: bool = False):
+                 seed: int, augment: bool, device, dtype, clip: float | None = None, vectorised: bool = False,
+                 objective=None):
         self.model, self.state, self.algorithm, self.data, self.clip = model, state, algorithm, data, clip
+        self.objective = objective or ImageClasses()
         self.epochs, self.batch_size, self.seed, self.augment = epochs, batch_size, seed, augment
         self.device, self.dtype = device, dtype
         self.down = Payloads(state, algorithm.down, device, dtype)
         self.up = Payloads(state, algorithm.up, device, dtype)
-        self.layout = StateLayout(algorithm, state.trainable) if algorithm.client_state else None
+        rows = self.objective.rows
+        self.layout = StateLayout(algorithm, state.trainable, rows) if algorithm.client_state or rows else None
         template = algorithm.init_trainer_state(state.trainable)
         self.shared = {key: template[key] for key in algorithm.global_state}
         self.cohort = VectorisedCohort(self) if vectorised else None
@@ -90,6 +93,7 @@ class LocalTrainer:
         self._algo_state = {**self.algorithm.init_trainer_state(params), **self.shared}
         if client_state is not None:
             self.layout.unpack(client_state, self._algo_state)
+        self.objective.begin(k, None if client_state is None else self.layout.rows(client_state))
         self.up.flat.zero_()
         n = len(self.data.parts[k])
         steps = self.steps(n)
@@ -103,6 +107,7 @@ class LocalTrainer:
             self.algorithm.end_round(params, self._round, self._algo_state)
             if client_state is not None:
                 self.layout.pack(self._algo_state, out=client_state)
+        self.objective.end(None if client_state is None else self.layout.rows(client_state))
         self.state.read(self.up.theta)
         return float(torch.stack(losses).mean()), n
 
@@ -115,13 +120,10 @@ class LocalTrainer:
         client's own generator (client_seed), which the augmentation then draws from too."""
         generator = torch.Generator().manual_seed(client_seed(self.seed, r, k))
         index = self.data.parts[k]
-        images, labels = self.data.train.images, self.data.train.labels
         for _ in range(self.epochs):
             order = index[torch.randperm(len(index), generator=generator).numpy()]
             for start in range(0, len(order), self.batch_size):
-                batch = order[start:start + self.batch_size]
-                x = to_tensor(images[batch], self.data.mean, self.data.std, self.dtype)
-                yield (augment(x, generator) if self.augment else x), torch.from_numpy(labels[batch])
+                yield self.data.batch(order[start:start + self.batch_size], generator, self.augment, self.dtype)
 
     def new_global(self, previous: torch.Tensor, lr: float) -> None:
         """The next global payload arrived in self.down (`previous`: Theta before it): the rule rebuilds its
@@ -130,11 +132,12 @@ class LocalTrainer:
         self.algorithm.on_global(previous[:n], self.down.trainable, lr, self.shared)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = F.cross_entropy(self.model(x), y)
+        loss = self.objective.loss(self.model, x, y)
         loss.backward()
         params = self.state.trainable
         with torch.no_grad():
             self.algorithm.local_step(params, [p.grad for p in params], self._round, self._algo_state)
+        self.objective.step(self._round.lr)
         for p in params:
             p.grad = None
         return loss.detach().to(torch.float64)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
-from fedmpi.crossdevice.client_data import open_client_data
+from fedmpi.crossdevice.client_data import open_clients
+from fedmpi.crossdevice.client_objective import client_objective
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.secure_clients import SecureClients
@@ -25,11 +26,13 @@ class ClientTrainer:
         self.trainer_side = TrainerSide(ctx.rank, trainers, client_group(trainers), ctx.control, parts.device)
         self.is_first = ctx.rank == trainers[0]
         self.state = parts.state
-        self.local = LocalTrainer(parts.model, parts.state, parts.rule, open_client_data(cfg),
+        data = open_clients(cfg)
+        self.local = LocalTrainer(parts.model, parts.state, parts.rule, data,
                                   epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size, seed=cfg.run.seed,
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
-                                  vectorised=cfg.clients.vectorised(cfg, parts.device.type))
+                                  vectorised=cfg.clients.vectorised(cfg, parts.device.type),
+                                  objective=client_objective(cfg, parts.model, data))
         self.previous = self.local.down.theta.clone()
         self.each = self.trainer_side.send_upload if parts.every_upload else None
         # each client masks its own upload (fed.secure_aggregation): the rank sends their masked sum

@@ -165,9 +165,13 @@ def judge_client_states(cfg, available: int | None) -> str | None:
     override = (f"clients.population={fits}" if held == c.population else
                 f"clients.rounds={fits // per_round}") if fits >= per_round else None
     return (f"run.memory_check: {cfg.fed.algorithm} keeps each client's state on the server: up to {held:,} clients "
-            f"x {per_client / 1024 ** 2:.1f} MB = {need / GB:.1f} GB; the server's node has {available / GB:.1f} GB "
+            f"x {size(per_client)} = {need / GB:.1f} GB; the server's node has {available / GB:.1f} GB "
             "available; " + (f"{override} fits" if override else "no population of a round's clients fits")
             + "; run.memory_check=false starts it anyway")
+
+
+def size(nbytes: float) -> str:
+    return f"{nbytes / 1024 ** 2:.1f} MB" if nbytes >= 1024 ** 2 else f"{nbytes / 1024:.1f} KB"
 
 
 def ranks_per_node(env, world: int) -> int:

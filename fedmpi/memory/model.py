@@ -51,13 +51,19 @@ CIFAR_CNN_VALUES = 1_756_426                     # McMahan's CNN at 32 px (model
 def client_states(cfg) -> tuple[int, float]:
     """A cross-device run's per-client states on the server (crossdevice/client_state.py, ClientStore): (the most
     clients it can come to hold: every client sampled at least once, at most population and rounds x the clients
-    a round; bytes)."""
+    a round; bytes). The face clients' class embeddings are one dense table of all M clients' rows from the start
+    (W: M x identities_per_client x d values) beside the rule's states of the IResNet's trainable values."""
     from fedmpi.config.clients import clients_per_round
 
-    c = cfg.clients
+    c, b = cfg.clients, DTYPE_BYTES[cfg.run.dtype]
     held = min(c.population, cfg.rounds * clients_per_round(c.population, c.fraction))
     tensors = len(rule(cfg.fed.algorithm).client_state)
-    return held, held * tensors * CIFAR_CNN_VALUES * DTYPE_BYTES[cfg.run.dtype]
+    if not c.face_clients:
+        return held, held * tensors * CIFAR_CNN_VALUES * b
+    m = cfg.model
+    _, trainable = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
+    rows = c.population * c.identities_per_client * m.embedding_size * b
+    return c.population, held * tensors * trainable * b + rows     # the rows bound: the override is the population
 
 
 @dataclass

@@ -138,9 +138,15 @@ class PartyRows(PartyClasses):
     """W_k to the server, its corrected rows back into the party's shards."""
 
     def download(self, r: int) -> None:
+        """The server's rows into the party; a reply that is not finite is the server's word that it left the
+        party's payload out (silo/server_classes.py): the leader keeps the rows it sent, its last good ones."""
         if not self.part.due(r):
             return
-        self.receive(self.W)
+        if self.is_leader:
+            reply = torch.empty_like(self.W)
+            self.receive(reply)
+            if bool(torch.isfinite(reply).all()):
+                self.W.copy_(reply)
         self._split()
 
     def _split(self) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from fedmpi import comm
+from fedmpi.aggregation.class_payload_check import out_of_range
 from fedmpi.algorithms.class_steps import bounds_of
 from fedmpi.comm import p2p
 from fedmpi.comm.receives import ReceivesInBackground
@@ -20,8 +21,9 @@ class ServerKit(TransportKit):
     """What the server's transports share: the parties, their class counts n_k (`rows`), the embedding size d."""
 
     def __init__(self, parties: list[Party], rows: list[int], d: int, leaders, device, dtype,
-                 classifier_mode: str = "auto"):
+                 classifier_mode: str = "auto", norm_ratio: float = 10.0):
         self.parties, self.counts, self.d, self.leaders = parties, rows, d, leaders
+        self.norm_ratio = norm_ratio          # fed.upload_check.norm_ratio, for the class payloads too
         self.device, self.dtype, self.classifier_mode = device, dtype, classifier_mode
         # the shards gathered on each leader (the padded blocks of the party's other ranks)
         self.gathered = d * sum(n - shard_rows(n, len(p.ranks), classifier_mode) for n, p in zip(rows, parties))
@@ -35,7 +37,7 @@ class ServerClasses:
     _intra: int
 
     def __init__(self, part, kit: ServerKit):
-        self.part, self.leaders, self.dtype = part, kit.leaders, kit.dtype
+        self.part, self.leaders, self.dtype, self.norm_ratio = part, kit.leaders, kit.dtype, kit.norm_ratio
         self._leaders = [p.leader for p in kit.parties]
         self.names = [p.name for p in kit.parties]
         self._point_to_point_threads = torch.device(kit.device).type == "cpu"
@@ -79,19 +81,25 @@ class ServerClasses:
         """The replies of round r (`step`, before they are sent) and the round's log row."""
         left_out = self.left_out(excluded, r)
         self.row = None if left_out.all() else {"round": r, **self.answer_kept(left_out, lr, r, state)}
+        self.no_reply(left_out)
+
+    def no_reply(self, left_out: np.ndarray) -> None:
+        """What a left-out party is sent back (the rows: its own kept; the summaries: the others' as usual)."""
 
     def answer_kept(self, left_out: np.ndarray, lr: float, r: int, state: dict) -> dict:
         raise NotImplementedError
 
     def left_out(self, excluded, r: int | None = None) -> np.ndarray:
-        """[P] bool: excluded by the upload check, or a class payload that is not finite (one reduction each; said
-        in one line when round r is given)."""
-        finite = torch.stack([torch.isfinite(u).all() for u in self.uploads]).cpu().numpy()
+        """[P] bool: excluded by the upload check, or a class payload that is not finite or out of range
+        (aggregation/class_payload_check.py; said in one line each when round r is given)."""
+        why = out_of_range(self.uploads, self.norm_ratio)
         if r is not None:
-            for k in np.flatnonzero(~finite):
-                print(f"round {r + 1}: the class payload of party {self.names[k]} is not finite: left out of the "
-                      f"round's class step", flush=True)
-        return ~finite | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
+            for name, reason in zip(self.names, why):
+                if reason:
+                    print(f"round {r + 1}: the class payload of party {name} is {reason}: left out of the round's "
+                          f"class step", flush=True)
+        bad = np.array([reason is not None for reason in why], dtype=bool)
+        return bad | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
 
     def bytes_per_round(self) -> dict[str, int]:
         """The last round's class payloads: up to the server, down to the leaders, inside the parties."""
@@ -118,6 +126,10 @@ class ServerRows(ServerClasses):
 
     def answer_kept(self, left_out, lr, r, state):
         return self.step_rows(~left_out, lr, r, state)
+
+    def no_reply(self, left_out: np.ndarray) -> None:
+        for k in np.flatnonzero(left_out):
+            self.uploads[k].fill_(float("nan"))    # not a reply: the party keeps its own rows (silo/classes.py)
 
     def step_rows(self, kept: np.ndarray, lr: float, r: int, state: dict) -> dict:
         """The part's step on the kept parties' rows (all of W in place, or a copy of the kept ones written back)."""

@@ -69,7 +69,8 @@ class SiloSetting:
         ctx, cfg = self.ctx, self.cfg
         parties = list(ctx.layout.parties)
         return part.server_side(ServerKit(parties, party_rows(self.data_description, parties), cfg.model.embedding_size,
-                                          ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier))
+                                          ctx.groups.leaders, ctx.device, ctx.dtype, cfg.model.classifier,
+                                          cfg.fed.upload_check.norm_ratio))
 
 
 def party_tables(cfg: Config, rule) -> dict[str, list[str]]:

@@ -266,7 +266,11 @@ def test_what_leaves_each_party():
      "fed.dp.enabled: fedgc uploads every party's class embeddings W_k, which DP-FedAvg neither clips nor noises"),
     (["fed.algorithm=fedaws", "fed.dp.enabled=true"], "fed.dp.enabled: fedaws uploads every party's class embeddings"),
     (["fed.algorithm=fedgc", "clients.population=10"],
-     "fed.algorithm: fedgc moves each party's class embeddings, which the cross-device simulation's clients do not keep"),
+     "fed.algorithm: fedgc moves class embeddings, which clients of clients.dataset=synthetic do not keep: use "
+     "clients.dataset=faces"),
+    (["fed.algorithm=privacyface", "clients.population=10", "clients.dataset=faces"],
+     "fed.algorithm: privacyface relays summaries between parties; across devices only the methods whose server "
+     "steps on the class embeddings run (fedaws, fedgc)"),
     (["fed.algorithm=privacyface", "fed.options.epsilon_sum=1.0"],
      "fed.options.epsilon_sum: the classical Gaussian mechanism needs 0 < epsilon_sum < 1, got 1.0"),
     (["fed.algorithm=fedaws", "fed.options.mode=many"], "fed.options.mode: 'many' is not one of paper, fedfr"),

@@ -1,0 +1,57 @@
+"""The face clients' class embeddings on the server: the class exchange of the server's round loop (core/seams.py)
+in the cross-device setting. The rows travel with the clients' states (crossdevice/exchange.py: w_c down to the
+rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
+nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
+`RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party) or
+nothing (positive-only FedAvg), and the round's row of the log's `classes` table says how far apart the rows are
+(the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+from __future__ import annotations
+
+
+from fedmpi.core.seams import NoClasses
+from fedmpi.models.positive_only import mean_pairwise_cosine
+
+COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
+
+
+class DeviceKit:
+    """What a class part picks its server side from (ClassPart.server_side), across devices."""
+
+    def __init__(self, store, d: int):
+        self.store, self.d = store, d
+
+    def nothing(self) -> "DeviceRows":
+        return DeviceRows(self.store, self.d, None)
+
+    def rows(self, part) -> "DeviceRows":
+        return DeviceRows(self.store, self.d, part)
+
+    def summaries(self, part):
+        raise ValueError("a summary part (PrivacyFace) needs the device-side clustering and the relay to the next "
+                         "cohort, which the cross-device setting does not have")
+
+
+class DeviceRows(NoClasses):
+    """The rows of the clients seen so far, stepped on by `part` (None: kept as the clients sent them). Nothing
+    travels here (NoClasses' post, wait and bytes: the exchange counts the rows with the clients' states)."""
+
+    def __init__(self, store, d: int, part):
+        self.store, self.d, self.part = store, d, part
+        self.row: dict | None = None
+
+    def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
+        store = self.store
+        seen = store.seen.nonzero().flatten()
+        per = store.rows.shape[1] // self.d
+        W = store.rows[seen].reshape(-1, self.d)
+        row = {}
+        if self.part is not None and len(seen):
+            bounds = [(i * per, (i + 1) * per) for i in range(len(seen))]
+            row = self.part.step(W, bounds, lr, r, state)
+            store.rows[seen] = W.reshape(len(seen), -1)
+        self.row = {"round": r, **row, "mean_cosine": mean_pairwise_cosine(W), "clients_seen": len(seen)}
+
+
+def columns(part_class) -> dict:
+    """The log's `classes` table across devices: the part's columns and the spread of the rows."""
+    return {**part_class.columns, **COLUMNS}

@@ -1,0 +1,28 @@
+"""The face clients' evaluation: Θ on the held-out folds of the pair sets (data.val_sets), as the silo runs
+evaluate it (metrics/evaluator.py; the same columns in the log's /eval), on the server when an evaluation is due."""
+from __future__ import annotations
+
+from fedmpi.crossdevice.evaluation import TestAccuracy
+from fedmpi.data.sets import prepare_validation_sets
+from fedmpi.data.verification_bin import load_bin
+from fedmpi.metrics.evaluator import Evaluator
+from fedmpi.silo.evaluation import accuracy_line, log_row
+
+
+class Verification(TestAccuracy):
+    what = "held-out accuracy"
+
+    def __init__(self, setting, log, **kwargs):
+        super().__init__(setting, log, **kwargs)
+        cfg = setting.cfg
+        sets = {name: load_bin(path, cfg.data.image_size)
+                for name, path in prepare_validation_sets(cfg.data).items()}
+        self.evaluator = Evaluator(sets, fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size,
+                                   device=setting.parts.device)
+
+    def measure(self) -> tuple[float, dict, str]:
+        results = self.evaluator.evaluate(self.setting.parts.model)
+        mean = sum(m["accuracy"] for m in results.values()) / len(results)
+        row = log_row(0, 0, results)
+        columns = {k: v for k, v in row.items() if k not in ("round", "step")}
+        return mean, columns, accuracy_line(0, results).split(": ", 1)[1]

@@ -1,0 +1,134 @@
+"""A phone per person at CPU scale, from one command (`make faces-devices-cpu`; docs/results/faces-devices-cpu/):
+a public pretraining (configs/public_pretrain.yaml, the synthetic public identities, shrunk to the device model),
+exported as the start (tools.export), then the face clients of configs/faces_devices.yaml, one identity each, from
+that start: positive-only FedAvg, FedAwS (the paper's one step) and FedAwS in FedFR's form (20 momentum steps),
+two seeds paired (the same start and data; a seed draws the clients of each round and their batches). Each run's log gives the verification of Θ on the held-out
+pair sets after its first and last round, W's mean pairwise cosine per round (the collapse curve) and the bytes a
+round moves per sampled client; the report is report.md beside the runs. PrivacyFace on albums is not in it: the
+cross-device setting refuses it (docs/BASELINES.md). With --lock FILE each run holds FILE only while it runs.
+
+    python -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu [--scale cpu|tiny] [--lock FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from fedmpi.store.h5log import LogReader
+from jobs.mpirun import mpirun
+
+MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", "data.image_size=32",
+         "data.workers=0", "run.device=cpu"]
+SCALES = {   # public identities x images, pretraining steps; clients, images each, rounds, fraction
+    "cpu": {"public": (200, 10), "steps": 600, "clients": 500, "images": 6, "rounds": 30, "fraction": 0.1},
+    "tiny": {"public": (20, 4), "steps": 4, "clients": 8, "images": 2, "rounds": 2, "fraction": 0.5},
+}
+METHODS = {"fedavg": ("Positive-only FedAvg", ["fed.algorithm=fedavg", "fed.options={}"]),
+           "fedaws": ("FedAwS (one step)", ["fed.algorithm=fedaws", "fed.options.mode=paper"]),
+           "fedaws-fedfr": ("FedAwS (FedFR's 20 momentum steps)", ["fed.algorithm=fedaws", "fed.options.mode=fedfr"])}
+SEEDS = (0, 1)
+
+
+@contextmanager
+def held(lock: str | None):
+    if not lock:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def launch(n: int, args: list[str], lock: str | None, what: str) -> None:
+    with held(lock):
+        out = mpirun(n, ["-m", "fedmpi.run", *args], timeout=3600)
+    if out.returncode != 0:
+        sys.exit(f"{what} failed (exit {out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
+
+
+def pretrain(folder: Path, s: dict, lock: str | None) -> Path:
+    """The public model, exported as folder/start/init.pth (reused when there)."""
+    start = folder / "start" / "init.pth"
+    if start.is_file():
+        return start
+    ids, per = s["public"]
+    launch(2, ["--config", "configs/public_pretrain.yaml", *MODEL, f"parties.public.data.identities={ids}",
+               f"parties.public.data.images_per_identity={per}", f"optim.steps_per_epoch={s['steps']}",
+               "optim.epochs=1", "optim.milestones=[]", "fed.K=" + str(max(s["steps"] // 4, 1)), "eval.every=0",
+               f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", "log.name=pretrain"], lock, "pretraining")
+    start.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "tools.export", str(folder / "runs" / "pretrain"), "--out", str(start)],
+                   check=True, capture_output=True)
+    return start
+
+
+def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: str | None) -> Path:
+    run = f"{name}-seed{seed}"
+    if not (folder / "runs" / run / "log.h5").is_file():
+        M = s["clients"]
+        launch(3, ["--config", "configs/faces_devices.yaml", *MODEL, *METHODS[name][1], f"model.init={start}",
+                   f"clients.population={M}", f"clients.faces.identities={M}",
+                   f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
+                   f"clients.fraction={s['fraction']}", f"eval.every={s['rounds']}", f"run.seed={seed}",
+                   f"clients.sampler_seed={seed}",
+                   f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}"], lock, run)
+    return folder / "runs" / run / "log.h5"
+
+
+def summary(path: Path) -> dict:
+    with LogReader(path) as log:
+        ev, classes, rounds = log.table("eval"), log.table("classes"), log.table("rounds")
+        clients = log.table("clients")["ids"].shape[1]
+    sets = sorted({k.split("/")[0] for k in ev if k.endswith("/accuracy")})
+    accuracy = np.mean([ev[f"{name}/accuracy"] for name in sets], axis=0)
+    return {"first": float(accuracy[0]), "last": float(accuracy[-1]), "cosine": classes["mean_cosine"].tolist(),
+            "bytes_per_client": float((rounds["bytes_up"] + rounds["bytes_down"]).mean() / clients)}
+
+
+def report(results: dict, s: dict) -> str:
+    lines = [f"# A phone per person at CPU scale ({s['clients']} one-identity clients of {s['images']} synthetic "
+             f"images, {s['rounds']} rounds, fraction {s['fraction']}; `make faces-devices-cpu`)", "",
+             "Verification: mean held-out accuracy (%) over the pair sets after round 1 and after the last round. "
+             "Collapse: W's mean pairwise cosine after round 1 and after the last round (1: one point).", "",
+             "| method | seed | accuracy round 1 | accuracy last | change | cosine round 1 | cosine last | "
+             "bytes per client and round |", "|---|---|---|---|---|---|---|---|"]
+    for (name, seed), r in results.items():
+        lines.append(f"| {METHODS[name][0]} | {seed} | {100 * r['first']:.2f} | {100 * r['last']:.2f} | "
+                     f"{100 * (r['last'] - r['first']):+.2f} | {r['cosine'][0]:.3f} | {r['cosine'][-1]:.3f} | "
+                     f"{r['bytes_per_client']:,.0f} |")
+    lines += ["", "Collapse curves (mean pairwise cosine per round):", ""]
+    lines += [f"- {METHODS[n][0]}, seed {seed}: " + " ".join(f"{c:.3f}" for c in r["cosine"])
+              for (n, seed), r in results.items()]
+    lines += ["", "PrivacyFace on albums: not run (the cross-device setting refuses a summary part: its DP "
+              "clustering on the device and the relay to the next cohort are not built)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", required=True)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    parser.add_argument("--lock", default=None, help="a file each run holds (flock) only while it runs")
+    args = parser.parse_args(argv)
+    folder, s = Path(args.folder), SCALES[args.scale]
+    start = pretrain(folder, s, args.lock)
+    results = {(name, seed): summary(device_run(folder, s, start, name, seed, args.lock))
+               for seed in SEEDS for name in METHODS}
+    (folder / "report.md").write_text(report(results, s))
+    (folder / "results.json").write_text(json.dumps({f"{n}/{seed}": r for (n, seed), r in results.items()}))
+    print((folder / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""Face clients across devices under mpirun (configs/faces_devices.yaml shrunk): one identity per client, the
+positive-only loss on the device, each client's w_c kept by the server. From a random start every face's
+embedding points nearly one way (W's mean pairwise cosine about 0.9): positive-only FedAvg leaves the class
+embeddings there, FedAwS's spreadout on the server moves them apart (the log's `classes` table, per round); both
+evaluate Θ on the held-out pair sets as the silo runs do."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedmpi.store.h5log import LogReader
+from jobs.mpirun import mpirun
+
+CONFIG = "configs/faces_devices.yaml"
+TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.images_per_identity=8",
+        "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu"]
+METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"]}
+
+
+def run(tmp_path, name: str):
+    args = ["-m", "fedmpi.run", "--config", CONFIG, *TINY, *METHODS[name], f"data.root={tmp_path / 'data'}",
+            f"log.dir={tmp_path}", f"log.name={name}"]
+    out = mpirun(3, args, timeout=400)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    with LogReader(tmp_path / name / "log.h5") as log:
+        return out.stdout, log.table("classes"), log.table("eval"), log.table("rounds"), \
+            json.loads(log.f["data"].attrs["clients"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faces")
+    return {name: run(tmp, name) for name in METHODS}
+
+
+def test_positive_only_fedavg_draws_the_class_embeddings_together_and_fedaws_keeps_them_apart(runs):
+    avg, aws = runs["fedavg"][1]["mean_cosine"], runs["fedaws"][1]["mean_cosine"]
+    assert len(avg) == len(aws) == 12 and runs["fedaws"][1]["clients_seen"][-1] == 16
+    assert (avg > 0.85).all() and aws[-1] < aws[0] - 0.1 and aws[-1] < avg[-1] - 0.2, (avg, aws)
+    assert (runs["fedaws"][1]["spreadout"] > 0).all() and "spreadout" not in runs["fedavg"][1]
+
+
+def test_a_face_client_run_evaluates_the_pair_sets_and_counts_w_c_in_its_bytes(runs):
+    stdout, _, ev, rounds, clients = runs["fedaws"]
+    assert "held-out accuracy % lfw" in stdout and ev["round"].tolist() == [0, 11]
+    assert np.isfinite(ev["lfw/accuracy"]).all() and clients["identities_per_client"] == 1
+    assert clients["population"] == 16 and clients["images"] == 16 * 8
+    # 8 clients a round, each w_c (128 float32 values) down and back up beside the two ranks' payloads
+    assert runs["fedaws"][3]["bytes_up"][0] - runs["fedavg"][3]["bytes_up"][0] == 0
+    assert (rounds["bytes_up"] >= 8 * 128 * 4).all()
