@@ -18,6 +18,15 @@ def finished_message(cfg, resume, run_dir, world_size: int) -> str:
             f"fedmpi.run {command} {key}={value} --allow-config-changes` (the change is recorded in the log)")
 
 
+def finished(cfg, resume, run_dir, mpi) -> bool:
+    """Whether the checkpoint to resume holds every round already (rank 0 then says so and how to extend it)."""
+    if resume is None or resume.round < cfg.rounds:
+        return False
+    if mpi.Get_rank() == 0:
+        print(finished_message(cfg, resume, run_dir, mpi.Get_size()), flush=True)
+    return True
+
+
 def description_sizes(cfg, layout, description: dict) -> dict[str, tuple[int, int]]:
     """{party: (training images, images per step)} from the launch's data description (fedmpi.run.prepare_data)."""
     from fedmpi.layout import rank_batch

@@ -24,7 +24,7 @@ from fedmpi.config.files import check_files
 from fedmpi.core import signals
 from fedmpi.core.malloc import start_again_tuned
 from fedmpi.memory.check import check_memory, short_under_glibc_defaults
-from fedmpi.launch_notes import finished_message, say_plan
+from fedmpi.launch_notes import finished, say_plan
 from fedmpi.run_folder import choose_run_dir, undo_failed_start
 from fedmpi.layout import SERVER, build_layout, check_world_size
 
@@ -191,9 +191,7 @@ def main(argv=None) -> int:
         return fail(str(exc), rank)
     except Exception as exc:  # noqa: BLE001 - no rank may be left waiting for one that failed here
         abort_launch(mpi, exc)
-    if resume is not None and resume.round >= cfg.rounds:
-        if rank == 0:
-            print(finished_message(cfg, resume, run_dir, mpi.Get_size()), flush=True)
+    if finished(cfg, resume, run_dir, mpi):
         return 0
 
     def work() -> int:
@@ -207,8 +205,8 @@ def main(argv=None) -> int:
         description = prepare_data(cfg, layout) if rank == SERVER else None
         if rank == SERVER:
             say_plan(cfg, layout, description)
-        if rank == SERVER and needs_validation_sets(cfg):
-            prepare_validation_data(cfg)  # the validators (and the server's hosted sets) read them after the barrier
+            if needs_validation_sets(cfg):   # the validators (and the server's hosted sets) read them after the barrier
+                prepare_validation_data(cfg)
         # the others nap while rank 0 writes the data (a blocking MPI barrier spins); rank 0 failing ends the job
         comm.barrier(what="data preparation on rank 0", timeout_s=None)
         configure_determinism(cfg)
