@@ -97,7 +97,7 @@ def check_world_size(layout: Layout, world_size: int) -> None:
 
 
 def main(argv=None) -> int:
-    from fedmpi.data.party_sizes import party_sizes
+    from fedmpi.party_sizes import party_sizes
 
     parser = argparse.ArgumentParser(prog="python -m fedmpi.layout", description=__doc__)
     parser.add_argument("--config", default=None)
@@ -119,7 +119,7 @@ def print_plan(cfg: Config, stream) -> None:
     the JSON on stdout is what scripts read); a party's data that cannot be read here is said, not fatal."""
     if cfg.cross_device:
         return
-    from fedmpi.data.party_sizes import party_sizes
+    from fedmpi.party_sizes import party_sizes
 
     try:
         sizes = party_sizes(cfg)

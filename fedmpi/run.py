@@ -85,7 +85,7 @@ def party_sizes(cfg) -> dict:
     """The parties' images, read only for `optim.steps_per_epoch: auto`; a missing file is named before the data
     layer (and torch) is imported."""
     check_files(cfg)
-    from fedmpi.data.party_sizes import party_sizes as counted
+    from fedmpi.party_sizes import party_sizes as counted
 
     return counted(cfg)
 

@@ -51,7 +51,7 @@ class GaussianMechanism(Aggregator):
 
     def __init__(self, inner: Aggregator, options, count: int, nonnegative: tuple[slice, ...] = (),
                  clip_at_server: bool = True, noised_by_participants: bool = False):
-        """noised_by_participants: distributed DP under secure aggregation (fedmpi/secagg/uploads.py, dp_share):
+        """noised_by_participants: distributed DP under secure aggregation (fedmpi/core/secure_uploads.py, dp_share):
         every participant clipped its update and added its share of the noise before masking, so the combination
         carries the noise already; here only the report and the clamp."""
         super().__init__(options)

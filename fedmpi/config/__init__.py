@@ -191,7 +191,7 @@ def validate(cfg: Config) -> Config:
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
                 sizes=None) -> Config:
     """Defaults <- YAML file (if any) <- dotted overrides; then type-check and validate. `sizes(cfg)` gives the
-    parties' {name: (images, images per step)} for `optim.steps_per_epoch: auto` (fedmpi/data/party_sizes.py:
+    parties' {name: (images, images per step)} for `optim.steps_per_epoch: auto` (fedmpi/party_sizes.py:
     the launch and fedmpi.layout pass it; the config reads no data itself)."""
     data = to_dict(Config())
     if path is not None:

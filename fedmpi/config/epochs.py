@@ -1,6 +1,6 @@
 """How long a run is in its parties' data: `optim.steps_per_epoch: auto` (opt-in, so the paper's 12,800 stays the
 default every committed config and study relies on) and the plan a launch states. The parties' images are counted
-by fedmpi/data/party_sizes.py (the config reads no data); this module only does the arithmetic.
+by fedmpi/party_sizes.py (the config reads no data); this module only does the arithmetic.
 
 An epoch of a party is ceil(images / images per step) steps, a party's step being ranks x batch per rank.
 `auto` sets steps_per_epoch to the longest party's epoch, rounded up to a whole number of rounds of fed.K, so

@@ -16,7 +16,7 @@ from fedmpi.layout import SERVER
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.simulate import missed_stage
-from fedmpi.secagg.uploads import deltas, dp_noise_std, dp_share, encoding
+from fedmpi.core.secure_uploads import deltas, dp_noise_std, dp_share, encoding
 
 TAG_KEYS, TAG_SETUP, TAG_SHARES, TAG_ROUTED, TAG_MASKED, TAG_ASK, TAG_UNMASK = range(7430, 7437)
 

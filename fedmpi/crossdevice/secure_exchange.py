@@ -19,7 +19,7 @@ from fedmpi.crossdevice.secure_clients import (TAG_ASK, TAG_KEYS, TAG_MASKED, TA
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.server import Session
 from fedmpi.secagg.simulate import STAGES
-from fedmpi.secagg.uploads import encoding, mean_into
+from fedmpi.core.secure_uploads import encoding, mean_into
 
 
 def log_table(count: int) -> dict:

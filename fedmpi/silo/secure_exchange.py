@@ -15,7 +15,7 @@ from fedmpi import comm
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.server import Session
 from fedmpi.silo.exchange import SiloExchange, broadcast_global
-from fedmpi.secagg.uploads import encoding, mean_into
+from fedmpi.core.secure_uploads import encoding, mean_into
 from fedmpi.silo.secure_upload import TAG_ASK, TAG_KEYS, TAG_MASKED, TAG_ROUTED, TAG_SETUP, TAG_SHARES, TAG_UNMASK
 
 

@@ -10,7 +10,7 @@ import torch
 
 from fedmpi import comm
 from fedmpi.layout import SERVER, party_batches
-from fedmpi.secagg.uploads import deltas, dp_noise_std, dp_share, encoding
+from fedmpi.core.secure_uploads import deltas, dp_noise_std, dp_share, encoding
 from fedmpi.secagg.participant import Participant
 
 TAG_KEYS, TAG_SETUP, TAG_SHARES, TAG_ROUTED, TAG_MASKED, TAG_ASK, TAG_UNMASK = range(7420, 7427)

@@ -13,7 +13,7 @@ from fedmpi.config import load_config
 from fedmpi.core.build import build_parts
 from fedmpi.core.payloads import Payloads
 from fedmpi.crossdevice.client_data import open_client_data
-from fedmpi.secagg.uploads import deltas, encoding
+from fedmpi.core.secure_uploads import deltas, encoding
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
 

@@ -11,7 +11,7 @@ import yaml
 
 from fedmpi.config import ConfigError, load_config
 from fedmpi.config.epochs import plan_line
-from fedmpi.data.party_sizes import party_sizes
+from fedmpi.party_sizes import party_sizes
 from fedmpi.config.files import check_files
 from jobs.mpirun import ROOT
 from image_files import encode_jpeg

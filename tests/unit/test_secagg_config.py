@@ -7,7 +7,7 @@ from fedmpi.config import ConfigError, load_config
 from fedmpi.config.secure_aggregation import COMPOSES
 import numpy as np
 
-from fedmpi.secagg.uploads import dp_noise_std, dp_share, encoding
+from fedmpi.core.secure_uploads import dp_noise_std, dp_share, encoding
 
 ON = ["fed.secure_aggregation.mode=secagg", "fv.enabled=false"]
 MODE = "fed.secure_aggregation.mode: "

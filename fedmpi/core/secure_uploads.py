@@ -1,7 +1,7 @@
-"""What a run's participants encode (the glue of fedmpi/secagg to a run's config and payloads): the fixed point
-for the run's participants per round (the silo parties, or the clients sampled), an upload's update, u − ref with
-ref = [Θ | 0] (the global backbone the round started from; the rule's up payloads are deltas already), and with
-fed.dp the participant's share of DP-FedAvg's noise (distributed DP, below)."""
+"""What a run's participants encode under secure aggregation, the glue of the pure fedmpi/secagg to a run's config
+and payloads: the fixed point for the run's participants per round (the silo parties, or the clients sampled), an
+upload's update, u − ref with ref = [Θ | 0] (the global backbone the round started from; the rule's up payloads are
+deltas already), and with fed.dp the participant's share of DP-FedAvg's noise (distributed DP, below)."""
 from __future__ import annotations
 
 import math
