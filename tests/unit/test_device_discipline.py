@@ -99,6 +99,10 @@ class FakeStore:
     def put(self, k, flat):
         pass
 
+    def put_round(self, r, returned):
+        for k, flat in returned:
+            self.put(k, flat)
+
 
 class Wire:
     """torch.distributed's point-to-point calls recorded instead of made, as under backend `backend`: every
