@@ -1,10 +1,11 @@
 """Figures laid out for reading: no two texts (titles, axis labels, drawn tick labels) of any figure the report
-commands draw overlap. Each study's report is rewritten from its committed logs (docs/results/*-cpu) into a
-temporary folder, with every Figure.savefig checked on the way (tests/support/figure_text.py), so a figure a
-report gains is checked too."""
+commands draw overlap. Each study's report is rewritten from its committed logs (the folder under docs/results whose
+index.json names the study's sweep) into a temporary folder, with every Figure.savefig checked on the way
+(tests/support/figure_text.py), so a figure a report gains is checked too."""
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,18 @@ def test_the_check_reads_rotated_labels_by_their_drawn_rectangle(rotation, crowd
     assert bool(found) == crowded and all(" x tick " in pair for pair in found)
 
 
+def committed_folder(study: str) -> Path | None:
+    """The committed sweep folder of a study (its index.json names the sweep), or None."""
+    for index in sorted((ROOT / "docs" / "results").glob("*/index.json")):
+        if json.loads(index.read_text()).get("sweep") == study:
+            return index.parent
+    return None
+
+
 @pytest.mark.parametrize("study", sorted(STUDIES))
 def test_no_text_of_a_study_report_s_figures_overlaps(study, tmp_path):
-    folder = ROOT / "docs" / "results" / f"{study}-cpu"
-    if not (folder / "index.json").exists():
-        pytest.skip(f"no committed logs in {folder}")
+    folder = committed_folder(study)
+    assert folder is not None, f"no committed logs of the {study} study under docs/results"
     module, function = STUDIES[study][2].split(":")
     with checked_figures() as found:
         getattr(importlib.import_module(module), function)(folder, tmp_path / f"{study}_cpu.md")
