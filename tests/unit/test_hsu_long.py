@@ -106,23 +106,11 @@ def test_the_gpu_scale_runs_each_rule_at_the_long_stages_choice_on_one_seed():
 def test_the_committed_results_file_is_what_the_report_writes_from_the_committed_logs(tmp_path):
     """`--report-only` over docs/results/hsu-cpu-long writes every generated table of hsu_cpu_long.md as committed
     (but the lines naming the commit it was written at and the sweep folder, and the analysis' seconds)."""
-    import re
-    import subprocess
-    import sys
-
-    from fedmpi.analysis.fedface_report import HAND_WRITTEN
+    from committed_reports import generated, rewrite_report
     from jobs.site import ROOT
 
     out = tmp_path / "hsu_cpu_long.md"
-    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "hsu-long", "--scale", "cpu", "--report-only",
-                           "--folder", "docs/results/hsu-cpu-long", "--out", str(out)], capture_output=True,
-                          text=True, timeout=300, cwd=str(ROOT))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-    def generated(text):
-        text = re.sub(r"analysis \d+\.\d+ s", "analysis - s", text.split(HAND_WRITTEN, 1)[0])
-        return [line for line in text.splitlines() if line
-                and not line.startswith("This file was written again") and "sweep folder" not in line]
+    rewrite_report("hsu-long", "docs/results/hsu-cpu-long", out)
 
     assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "hsu_cpu_long.md").read_text())
     assert (tmp_path / "hsu_cpu_long_rounds.png").stat().st_size > 10_000

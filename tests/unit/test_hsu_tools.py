@@ -3,7 +3,6 @@ alpha, panels E, best lr per cell averaged over seeds, FedAvg / FedAvgM), fedmpi
 and the two-stage study of make hsu-cpu (jobs/hsu_study.py, fedmpi.analysis.hsu_report: paired seeds, claims)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -156,21 +155,11 @@ def test_the_study_tunes_on_one_seed_then_runs_each_cells_best_on_the_others(tmp
 def test_the_committed_results_file_is_what_the_report_writes_from_the_committed_logs(tmp_path):
     """`--report-only` over docs/results/hsu-cpu writes every generated table of hsu_cpu.md as committed (but the
     lines naming the commit it was written at and the sweep folder, and the analysis' seconds); its figure exists."""
-    import re
-
-    from fedmpi.analysis.fedface_report import HAND_WRITTEN
+    from committed_reports import generated, rewrite_report
     from jobs.site import ROOT
 
     out = tmp_path / "hsu_cpu.md"
-    proc = subprocess.run([sys.executable, "-m", "jobs.reproduce", "hsu", "--scale", "cpu", "--report-only",
-                           "--folder", "docs/results/hsu-cpu", "--out", str(out)], capture_output=True, text=True,
-                          timeout=300, cwd=str(ROOT))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-    def generated(text):
-        text = re.sub(r"analysis \d+\.\d+ s", "analysis - s", text.split(HAND_WRITTEN, 1)[0])
-        return [line for line in text.splitlines() if line
-                and not line.startswith("This file was written again") and "sweep folder" not in line]
+    rewrite_report("hsu", "docs/results/hsu-cpu", out)
 
     assert generated(out.read_text()) == generated((ROOT / "docs" / "results" / "hsu_cpu.md").read_text())
     assert (tmp_path / "hsu_cpu_lr.png").stat().st_size > 10_000
