@@ -150,8 +150,8 @@ class PrivateClusters(SummaryPart):
         o, releases = self.options, int(state["releases"])
         epsilon, delta = o.budget.spent(releases)
         return (f"  privacy of the clusters: epsilon {epsilon:.4g} at delta {delta:.3g} ({releases} releases of "
-                f"{o.clusters} cluster(s) per party, or by the client that released most, each release ({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})"
-                f"-DP by basic composition)\n")
+                f"{o.clusters} cluster(s) per party, or by the client that released most, each release "
+                f"({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})-DP by basic composition)\n")
 
 
 PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, classes=PrivateClusters)

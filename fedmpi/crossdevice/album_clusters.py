@@ -32,7 +32,7 @@ class AlbumRows(OwnClassRows):
     and which releases the client's DPLC clusters after its local steps (`released`, in the order trained)."""
 
     def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool):
-        super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size)
+        super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size)   # no ℓ_pos: ν unused
         self.head, self.part, self.pool = head, part, pool
         self.round, self.client, self.cones = 0, -1, None
         self.released: list[torch.Tensor] = []

@@ -4,8 +4,8 @@ rank that trains c, back up after its round) into the store's table W [M, n·d] 
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party) or
 nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP clusters to the
-next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says how far apart the rows are
-(the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says how far apart
+the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
 from __future__ import annotations
 
 

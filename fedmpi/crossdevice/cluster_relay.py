@@ -110,8 +110,9 @@ def what_leaves(cfg, part) -> str:
     c, o, d = cfg.clients, part.options, cfg.model.embedding_size
     epsilon, delta = o.budget.epsilon, o.budget.release_delta
     most, most_delta = o.budget.spent(c.rounds)
+    sigma = gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)
     return (f"what leaves each client: backbone and its DP clusters ({o.clusters} x {d + 2} values a round it is "
-            f"sampled, each release ({epsilon:.3g}, {delta:.3g})-DP, noise std {gaussian_sigma(o.kappa, o.epsilon_sum, o.delta):.3g} "
-            f"a coordinate of its sum; a client sampled every round spends ({most:.3g}, {most_delta:.3g})); in this "
-            f"simulation its class embeddings ({c.identities_per_client} x {d} values) also travel to the server's "
-            f"store between its rounds, which a real device keeps: the method reads none of them")
+            f"sampled, each release ({epsilon:.3g}, {delta:.3g})-DP, noise std {sigma:.3g} a coordinate of its sum; a "
+            f"client sampled every round spends ({most:.3g}, {most_delta:.3g})); in this simulation its class "
+            f"embeddings ({c.identities_per_client} x {d} values) also travel to the server's store between its "
+            f"rounds, which a real device keeps: the method reads none of them")

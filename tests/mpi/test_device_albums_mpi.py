@@ -13,8 +13,8 @@ from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
 
 CONFIG = "configs/faces_albums.yaml"
-# κ = 0, ε₁ = ε₂ = 10: a candidate with rows of the album in its cone is chosen and its noisy count (Laplace(0.1))
-# stays >= 1, so each sampled client releases its one cluster; checkpoints after rounds 2 and 4
+# κ = 0, ε₁ = ε₂ = 10: a candidate with rows of the album in its cone is chosen and its noisy count
+# (Laplace(0.1)) stays >= 1, so each sampled client releases its one cluster; checkpoints after rounds 2 and 4
 TINY = ["clients.population=8", "clients.faces.identities=32", "clients.faces.images_per_identity=4",
         "clients.fraction=0.5", "clients.rounds=4", "eval.every=4", "optim.lr=0.1", "run.device=cpu",
         "run.deterministic=true", "fed.options.kappa=0.0", "fed.options.epsilon_select=10",

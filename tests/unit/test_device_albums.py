@@ -23,7 +23,8 @@ D64 = torch.float64
 def reference_loss(f, rows, labels, cones, s, m):
     """Spec §3.4 by hand, ArcFace ψ(θ) = cos(θ + m) (past θ + m = π its linear continuation cos θ − m sin m,
     models/heads.py): θ_j = arccos(ŵ_j·f̂), φ_q = arccos(p̂_q·f̂),
-    L = mean −log e^{sψ(θ_y)} / (e^{sψ(θ_y)} + Σ_{j≠y} e^{s cos θ_j} + Σ_q e^{s cos(max(φ_q − α_q, 0))})."""
+    L = mean −log e^{sψ(θ_y)} / (e^{sψ(θ_y)} + Σ_{j≠y} e^{s cos θ_j}
+                                  + Σ_q e^{s cos(max(φ_q − α_q, 0))})."""
     acos = lambda c: math.acos(min(1.0, max(-1.0, c)))
     total = 0.0
     for i in range(len(labels)):
