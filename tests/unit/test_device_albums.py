@@ -193,3 +193,20 @@ def test_the_album_config_is_accepted():
 
     cfg = load_config("configs/faces_albums.yaml", [])
     assert cfg.clients.identities_per_client == 4 and cfg.fed.options["pool_rounds"] == 1
+
+
+def test_the_clients_store_checkpoints_the_pool_and_names_a_checkpoint_without_one():
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.crossdevice.client_state import client_store
+
+    store = client_store(FedAvg(), [torch.zeros(1)], population=4, rows=3)
+    before = store.state_dict()                              # a run of another method: no pool
+    store.pool = ClusterPool(1, 2, 1, 3, population=4, device="cpu", dtype=torch.float32)
+    store.pool.put(0, [1, 3], torch.ones(2, 1, 5))
+    saved = store.state_dict()
+    other = client_store(FedAvg(), [torch.zeros(1)], population=4, rows=3)
+    other.pool = ClusterPool(1, 2, 1, 3, population=4, device="cpu", dtype=torch.float32)
+    other.load_state_dict(saved)
+    assert other.pool.owners.tolist() == [1, 3] and other.pool.releases.tolist() == [0, 1, 0, 1]
+    with pytest.raises(ValueError, match="checkpoint: it keeps no relayed clusters"):
+        other.load_state_dict(before)
