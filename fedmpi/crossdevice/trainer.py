@@ -1,7 +1,8 @@
 """A trainer rank of a cross-device run: each round it receives its share of the sampled clients (and their
 states, for a rule that keeps per-client state), trains them one after another from the global payload, sends
-the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server; then it takes the
-next global payload and lets the rule rebuild its global_state from it (PFM's M)."""
+the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server (then, for PrivacyFace on
+albums, its clients' DP releases: album_clusters.py); then it takes the next global payload (and the pool of relayed
+clusters) and lets the rule rebuild its global_state from it (PFM's M)."""
 from __future__ import annotations
 
 from fedmpi.core.build import RunParts
@@ -15,7 +16,8 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
 
-# The rule's global_state (the same on every trainer rank), written by the first trainer rank.
+# The rule's global_state and the received pool of clusters (the same on every trainer rank), written by the first
+# trainer rank.
 TRAINER_PART = "trainers.h5"
 
 
