@@ -23,6 +23,7 @@ class ClassPart:
     rows_to_server: ClassVar[bool] = False   # whether the server holds every party's W_k (DP, the memory check)
     gathered: ClassVar[bool] = False         # whether the party's leader gathers W_k (the memory check)
     columns: ClassVar[dict] = {}             # the log's `classes` table: what step / relay return
+    device_columns: ClassVar[dict] = {}      # its further columns across devices (crossdevice/class_rows.py)
 
     def __init__(self, options=None, **_):
         self.options = options

@@ -1,7 +1,7 @@
 """The options the methods that move class embeddings share (FedAwS, FedGC, PrivacyFace; docs/BASELINES.md): each
 is a composition (method.py) of a backbone rule, their papers' local SGD (FedAvg's) or FedFace's PFM (eq. 3,
 `backbone: pfm`), whose server averages the backbones as FedAvg does, with the method's own class part. They run
-in the silo setting, and the rows parts across devices too where the clients hold faces (validate_devices)."""
+in the silo setting, and across devices too where the clients hold faces (validate_devices)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,18 +29,12 @@ class ClassRuleOptions:
     def validate_devices(self, cfg) -> None:
         """Across devices the class embeddings are the face clients' own (one row per identity a client holds, kept
         in the server's per-client store): a rows part steps on them as on the parties' stacked W; a summary part
-        (PrivacyFace) would need the device-side clustering and the relay to the next cohort, not built here."""
-        from fedmpi.algorithms.class_parts import RowsPart
-        from fedmpi.algorithms.registry import rule as registered
-
+        (PrivacyFace) clusters them on the device and the server relays the clusters to the next cohort."""
         rule = cfg.fed.algorithm
         if not cfg.clients.face_clients:
             raise ConfigError(f"fed.algorithm: {rule} moves class embeddings, which clients of clients.dataset="
                               f"{cfg.clients.dataset} do not keep: use clients.dataset=faces or silo parties "
                               f"(clients.population=0)")
-        if not issubclass(registered(rule).classes, RowsPart):
-            raise ConfigError(f"fed.algorithm: {rule} relays summaries between parties; across devices only the "
-                              f"methods whose server steps on the class embeddings run (fedaws, fedgc)")
 
     def check_positive(self, *names: str) -> None:
         for name in names:

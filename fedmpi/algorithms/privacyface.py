@@ -5,7 +5,13 @@ design: a reconstruction), the server relays to each party the clusters of all t
 margin head adds one negative logit s·cos(max(φ_q − α_q, 0)) per received cluster (the consensus-aware loss,
 fedmpi/models/cone_negatives.py) until the next release. No class embedding leaves its party, not even to the
 server; the (ε, δ) of each release and in total (basic composition) are in the log's `classes` table, on the
-progress line and in the summary. A party does not use its own clusters."""
+progress line and in the summary. A party does not use its own clusters.
+
+Across devices (personal albums, `clients.dataset=faces`, a few identities a client): each sampled client runs
+the same DPLC over its own rows on the device after its local steps (`release_on_device`, with the device's
+n_min), the server pools the clusters of the last `pool_rounds` rounds and relays the pool to the next cohort,
+whose clients use every cluster of the others as a negative cone (crossdevice/album_clusters.py,
+crossdevice/cluster_relay.py). A client spends one release each round it is sampled."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,6 +37,10 @@ class PrivacyFaceOptions(ClassRuleOptions):
     selection: str = "exponential"   # exponential | noisy_max (report-noisy-max, Laplace(2/ε₁))
     release_every: int = 1           # rounds between releases; the clusters received are used until the next
     seed: int = 0                    # the mechanisms' draws come from (seed, party, release)
+    # across devices (an album of a few identities never reaches the parties' n_min of 20): the device's n_min,
+    # and how many rounds' releases the server keeps in the pool it relays to the next cohort
+    device_min_count: float = 1.0
+    pool_rounds: int = 1
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
@@ -43,9 +53,23 @@ class PrivacyFaceOptions(ClassRuleOptions):
             raise ConfigError(f"fed.options.delta: must be in (0, 1), got {self.delta}")
         if not -1 < self.kappa < 1:
             raise ConfigError(f"fed.options.kappa: must be in (-1, 1), got {self.kappa}")
-        if self.min_count < 0:
-            raise ConfigError(f"fed.options.min_count: must be >= 0, got {self.min_count}")
-        self.check_positive("clusters", "candidates", "epsilon_select", "epsilon_count", "release_every")
+        for key in ("min_count", "device_min_count"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"fed.options.{key}: must be >= 0, got {getattr(self, key)}")
+        self.check_positive("clusters", "candidates", "epsilon_select", "epsilon_count", "release_every",
+                            "pool_rounds")
+
+    def validate_devices(self, cfg) -> None:
+        """An album: one identity a client would make its release its owner's face template (DPLC over one row, with
+        noise) and its softmax one without a negative of its own; a client releases each round it is sampled."""
+        super().validate_devices(cfg)
+        if cfg.clients.identities_per_client < 2:
+            raise ConfigError("clients.identities_per_client: privacyface needs an album (>= 2 identities a client): "
+                              "over one identity its DP cluster is its owner's face template with noise and its "
+                              "softmax has no negative of its own")
+        if self.release_every != 1:
+            raise ConfigError(f"fed.options.release_every: across devices a client releases its clusters each round "
+                              f"it is sampled; leave it 1, got {self.release_every}")
 
     @property
     def budget(self):
@@ -60,6 +84,10 @@ class PrivateClusters(SummaryPart):
     columns = {"round": ((), "i8"), "releases": ((), "i8"), "released": ((), "i8"),
                      "epsilon_release": ((), "f8"), "delta_release": ((), "f8"), "epsilon": ((), "f8"),
                      "delta": ((), "f8"), "noise_std": ((), "f8")}
+    # across devices (crossdevice/cluster_relay.py): the valid clusters in the relayed pool, those the payload check
+    # left out this round, and the bytes a real device sends and receives (θ + its clusters; Θ + the pool)
+    device_columns = {"pool": ((), "i8"), "left_out": ((), "i8"), "device_bytes_up": ((), "i8"),
+                      "device_bytes_down": ((), "i8")}
 
     def due(self, r):
         return (r + 1) % self.options.release_every == 0
@@ -68,36 +96,52 @@ class PrivateClusters(SummaryPart):
         return self.options.clusters, d + 2          # [p | α | released]
 
     def summarise(self, W, out, r, party, state):
-        import torch
-
-        from fedmpi.algorithms.dplc import cluster, generator
+        from fedmpi.algorithms.dplc import generator
 
         o = self.options
-        unit = torch.nn.functional.normalize(W.to(torch.float64), dim=1)
-        release = (r + 1) // o.release_every - 1
-        cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates, min_count=o.min_count,
-                selection=o.selection, rng=generator(o.seed, party, release))
+        self._cluster(W, out, o.min_count, generator(o.seed, party, (r + 1) // o.release_every - 1))
+
+    def release_on_device(self, W, out, client: int, r: int) -> int:
+        """A device's release after its local steps in round r: the DPLC clusters of its own rows W [n, d] into
+        out [Q, d + 2], with the device's n_min, the draws from (seed, client, round). Returns how many released."""
+        from fedmpi.algorithms.dplc import generator
+
+        o = self.options
+        return self._cluster(W, out, o.device_min_count, generator(o.seed, client, r))
+
+    def _cluster(self, W, out, min_count: float, rng) -> int:
+        import torch
+
+        from fedmpi.algorithms.dplc import cluster
+
+        o = self.options
+        unit = torch.nn.functional.normalize(W.detach().to(torch.float64), dim=1)
+        return cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates, min_count=min_count,
+                       selection=o.selection, rng=rng)
 
     def server_state(self):
         import torch
 
         return {"releases": torch.zeros((), dtype=torch.int64)}
 
-    def relay(self, uploads, replies, r, state):
-        """Party k's reply: the other parties' summaries in party order."""
+    def privacy_row(self, releases: int) -> dict:
+        """The log's privacy columns after `releases` releases (of a party, or of the client that released most)."""
         from fedmpi.algorithms.dplc import gaussian_sigma
 
+        o = self.options
+        epsilon, delta = o.budget.spent(releases)
+        return {"releases": releases, "epsilon_release": o.budget.epsilon, "delta_release": o.budget.release_delta,
+                "epsilon": epsilon, "delta": delta, "noise_std": gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)}
+
+    def relay(self, uploads, replies, r, state):
+        """Party k's reply: the other parties' summaries in party order."""
         P, Q = uploads.shape[0], uploads.shape[1]
         for k in range(P):
             others = [j for j in range(P) if j != k]
             for slot, j in enumerate(others):
                 replies[k, slot * Q:(slot + 1) * Q].copy_(uploads[j])
         state["releases"] += 1
-        o = self.options
-        epsilon, delta = o.budget.spent(int(state["releases"]))
-        return {"releases": int(state["releases"]), "released": int((uploads[:, :, -1] > 0).sum()),
-                "epsilon_release": o.budget.epsilon, "delta_release": o.budget.release_delta, "epsilon": epsilon,
-                "delta": delta, "noise_std": gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)}
+        return {**self.privacy_row(int(state["releases"])), "released": int((uploads[:, :, -1] > 0).sum())}
 
     def note(self, state):
         return f"clusters eps {self.options.budget.spent(int(state['releases']))[0]:.3g}"
@@ -106,8 +150,8 @@ class PrivateClusters(SummaryPart):
         o, releases = self.options, int(state["releases"])
         epsilon, delta = o.budget.spent(releases)
         return (f"  privacy of the clusters: epsilon {epsilon:.4g} at delta {delta:.3g} ({releases} releases of "
-                f"{o.clusters} cluster(s) per party, each release ({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})"
-                f"-DP by basic composition)\n")
+                f"{o.clusters} cluster(s) per party, or by the client that released most, each release "
+                f"({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})-DP by basic composition)\n")
 
 
 PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, classes=PrivateClusters)

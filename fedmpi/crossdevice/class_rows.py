@@ -3,8 +3,9 @@ in the cross-device setting. The rows travel with the clients' states (crossdevi
 rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party) or
-nothing (positive-only FedAvg), and the round's row of the log's `classes` table says how far apart the rows are
-(the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP clusters to the
+next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says how far apart
+the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
 from __future__ import annotations
 
 
@@ -17,8 +18,8 @@ COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), 
 class DeviceKit:
     """What a class part picks its server side from (ClassPart.server_side), across devices."""
 
-    def __init__(self, store, d: int):
-        self.store, self.d = store, d
+    def __init__(self, store, d: int, exchange=None):
+        self.store, self.d, self.exchange = store, d, exchange     # exchange: the ClientExchange (the relay's)
 
     def nothing(self) -> "DeviceRows":
         return DeviceRows(self.store, self.d, None)
@@ -27,8 +28,9 @@ class DeviceKit:
         return DeviceRows(self.store, self.d, part)
 
     def summaries(self, part):
-        raise ValueError("a summary part (PrivacyFace) needs the device-side clustering and the relay to the next "
-                         "cohort, which the cross-device setting does not have")
+        from fedmpi.crossdevice.cluster_relay import ClusterRelay
+
+        return ClusterRelay(part, self, self.nothing())
 
 
 class DeviceRows(NoClasses):
@@ -54,4 +56,4 @@ class DeviceRows(NoClasses):
 
 def columns(part_class) -> dict:
     """The log's `classes` table across devices: the part's columns and the spread of the rows."""
-    return {**part_class.columns, **COLUMNS}
+    return {**part_class.columns, **part_class.device_columns, **COLUMNS}

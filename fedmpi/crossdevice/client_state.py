@@ -64,6 +64,7 @@ class ClientStore:
         self.states: dict[int, torch.Tensor] = {}
         self.rows = torch.zeros(population if layout.rows_numel else 0, layout.rows_numel, dtype=self.initial.dtype)
         self.seen = torch.zeros(len(self.rows), dtype=torch.bool)
+        self.pool = None      # PrivacyFace's relayed clusters (crossdevice/cluster_pool.py), checkpointed here
 
     def get(self, k: int) -> torch.Tensor:
         rule = self.states.get(int(k), self.initial[:self.layout.rule_numel])
@@ -94,6 +95,8 @@ class ClientStore:
         values = (torch.stack([self.states[k] for k in ids]) if ids
                   else torch.zeros(0, self.layout.rule_numel, dtype=self.initial.dtype))
         state = {"ids": torch.tensor(ids, dtype=torch.int64), "values": values}
+        if self.pool is not None:
+            state["pool"] = self.pool.state_dict()
         return {**state, "rows": self.rows, "seen": self.seen} if self.layout.rows_numel else state
 
     def load_state_dict(self, state: dict) -> None:
@@ -108,6 +111,11 @@ class ClientStore:
                                  f"run keeps {list(self.rows.shape)}")
             self.rows.copy_(state["rows"])
             self.seen.copy_(state["seen"])
+        if self.pool is not None:
+            if "pool" not in state:
+                raise ValueError("checkpoint: it keeps no relayed clusters (a run of another method); this run "
+                                 "relays PrivacyFace's")
+            self.pool.load_state_dict(state["pool"])
 
 
 def client_store(algorithm, params: list[torch.Tensor], population: int = 0, rows: int = 0,

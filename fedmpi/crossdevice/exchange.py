@@ -80,6 +80,11 @@ class ClientExchange:
     def participation(self) -> float:
         return len(self.clients) / self.sampler.population
 
+    @property
+    def global_bytes(self) -> int:
+        """The global payload's bytes, as the last `send` sent it to each trainer rank."""
+        return self._down_bytes
+
     def send(self, down: torch.Tensor) -> None:
         self._down_bytes = down.numel() * down.element_size()
         dist.broadcast(down, src=SERVER, group=self.group)

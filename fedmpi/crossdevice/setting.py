@@ -10,6 +10,7 @@ from fedmpi.core.context import Context
 from fedmpi.crossdevice.class_rows import DeviceKit, columns as class_columns
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.client_state import client_store
+from fedmpi.crossdevice.cluster_relay import what_leaves
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.sampler import ClientSampler
@@ -70,12 +71,14 @@ class CrossDeviceSetting:
         part there)."""
         if not self.cfg.clients.face_clients:
             return NoClasses()
-        return part.server_side(DeviceKit(self.uploads.store, self.cfg.model.embedding_size))
+        return part.server_side(DeviceKit(self.uploads.store, self.cfg.model.embedding_size, self.uploads))
 
 
 def run_client_server(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
-    c = cfg.clients
-    if c.face_clients:      # docs/BASELINES.md, "What crosses the network"
+    c, part = cfg.clients, parts.rule.classes
+    if c.face_clients and part.leaves and not part.rows_to_server:     # a summary: PrivacyFace on albums
+        print(what_leaves(cfg, part), flush=True)
+    elif c.face_clients:      # docs/BASELINES.md, "What crosses the network"
         print(f"what leaves each client: backbone, its class embeddings ({c.identities_per_client} x "
               f"{cfg.model.embedding_size} values; the server sees W for all {c.population} clients: with one "
               f"identity a client, its owner's face template)", flush=True)

@@ -1,13 +1,14 @@
 """A trainer rank of a cross-device run: each round it receives its share of the sampled clients (and their
 states, for a rule that keeps per-client state), trains them one after another from the global payload, sends
-the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server; then it takes the
-next global payload and lets the rule rebuild its global_state from it (PFM's M)."""
+the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server (then, for PrivacyFace on
+albums, its clients' DP releases: album_clusters.py); then it takes the next global payload (and the pool of relayed
+clusters) and lets the rule rebuild its global_state from it (PFM's M)."""
 from __future__ import annotations
 
 from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_clients
-from fedmpi.crossdevice.client_objective import client_objective
+from fedmpi.crossdevice.album_clusters import ClientKit
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.secure_clients import SecureClients
@@ -15,7 +16,8 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
 
-# The rule's global_state (the same on every trainer rank), written by the first trainer rank.
+# The rule's global_state and the received pool of clusters (the same on every trainer rank), written by the first
+# trainer rank.
 TRAINER_PART = "trainers.h5"
 
 
@@ -27,12 +29,15 @@ class ClientTrainer:
         self.is_first = ctx.rank == trainers[0]
         self.state = parts.state
         data = open_clients(cfg)
+        # what the method's class part has the clients minimise and send (album_clusters.py)
+        self.classes = parts.rule.classes.party_side(ClientKit(cfg, parts.model, data, self.trainer_side,
+                                                               parts.device, parts.dtype))
         self.local = LocalTrainer(parts.model, parts.state, parts.rule, data,
                                   epochs=cfg.clients.epochs, batch_size=cfg.optim.batch_size, seed=cfg.run.seed,
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
                                   vectorised=cfg.clients.vectorised(cfg, parts.device.type),
-                                  objective=client_objective(cfg, parts.model, data))
+                                  objective=self.classes.objective)
         self.previous = self.local.down.theta.clone()
         self.each = self.trainer_side.send_upload if parts.every_upload else None
         # each client masks its own upload (fed.secure_aggregation): the rank sends their masked sum
@@ -52,6 +57,7 @@ class ClientTrainer:
         """This rank's clients of the round, and their states for a rule that keeps per-client state."""
         self.lr = lr
         self.clients = self.trainer_side.receive_assignment(r)
+        self.classes.prepare(r)
         if self.secure:
             self.secure.prepare(r, self.clients, self.local.down.flat)
         layout = self.local.layout
@@ -69,8 +75,10 @@ class ClientTrainer:
             ex.send_local(trained[0])
         if self.secure:
             self.secure.finish()
+        self.classes.upload(r)
         self.previous.copy_(local.down.theta)
         ex.receive_global(local.down.flat)
+        self.classes.download()
         local.new_global(self.previous, self.lr)
 
     def report(self, r: int, trained, seconds: float) -> None:
@@ -79,14 +87,19 @@ class ClientTrainer:
         self.trainer_side.send_stats(r, stats)
 
     def checkpoint_parts(self) -> dict:
-        if not self.local.shared or not self.is_first:
+        tree = {**({"algorithm": self.local.shared} if self.local.shared else {}), **self.classes.state()}
+        if not tree or not self.is_first:
             return {}
-        return {TRAINER_PART: {"algorithm": self.local.shared}}
+        return {TRAINER_PART: tree}
 
     def load_checkpoint(self, folder) -> int:
-        if self.local.shared:
-            saved = read_part(folder / TRAINER_PART, ("algorithm",))
-            copy_into(self.local.shared, saved["algorithm"], "algorithm")
+        kept = self.classes.state()
+        if self.local.shared or kept:
+            saved = read_part(folder / TRAINER_PART, ("algorithm", *kept))
+            if self.local.shared:
+                copy_into(self.local.shared, saved["algorithm"], "algorithm")
+            if kept:
+                copy_into(kept, {key: saved[key] for key in kept}, "trainers")
         return int(read_manifest(folder)["round"])
 
 

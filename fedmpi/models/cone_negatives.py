@@ -7,6 +7,9 @@ Cones travel as rows [p (d) | α | valid] (fedmpi/algorithms/dplc.py); rows whos
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from .heads import cosine_logits, margin_logits
 
 
 def valid_cones(rows: torch.Tensor | None) -> torch.Tensor | None:
@@ -28,3 +31,15 @@ def cone_logits(unit_features: torch.Tensor, cones: torch.Tensor, scale: float) 
     sin = torch.sqrt((1.0 - cos * cos).clamp_min(eps))
     edge = cos * torch.cos(alpha) + sin * torch.sin(alpha)
     return scale * torch.where(cos >= torch.cos(alpha), torch.ones_like(cos), edge)
+
+
+def consensus_aware_loss(embeddings: torch.Tensor, centres: torch.Tensor, labels: torch.Tensor, head,
+                         cones: torch.Tensor | None) -> torch.Tensor:
+    """Spec §3.4's L, mean over the batch, for one holder of its own class centres [n, d] (a device's album): the
+    target's margin logit s·ψ(θ_y) against s·cos θ_j of its other rows and one cone logit per valid cone [Q, d + 2]
+    (None: the plain margin softmax). Gradients reach the embeddings and the centres; the cones are constants."""
+    logits = margin_logits(cosine_logits(embeddings, centres), torch.arange(labels.shape[0], device=labels.device),
+                           labels, head)
+    if cones is not None:
+        logits = torch.cat([logits, cone_logits(F.normalize(embeddings, dim=1), cones.detach(), head.scale)], dim=1)
+    return F.cross_entropy(logits, labels)

@@ -269,8 +269,7 @@ def test_what_leaves_each_party():
      "fed.algorithm: fedgc moves class embeddings, which clients of clients.dataset=synthetic do not keep: use "
      "clients.dataset=faces"),
     (["fed.algorithm=privacyface", "clients.population=10", "clients.dataset=faces"],
-     "fed.algorithm: privacyface relays summaries between parties; across devices only the methods whose server "
-     "steps on the class embeddings run (fedaws, fedgc)"),
+     "clients.identities_per_client: privacyface needs an album (>= 2 identities a client)"),
     (["fed.algorithm=privacyface", "fed.options.epsilon_sum=1.0"],
      "fed.options.epsilon_sum: the classical Gaussian mechanism needs 0 < epsilon_sum < 1, got 1.0"),
     (["fed.algorithm=fedaws", "fed.options.mode=many"], "fed.options.mode: 'many' is not one of paper, fedfr"),

@@ -1,0 +1,115 @@
+"""A trainer rank's side of a method's class part across devices: what its clients minimise and what they send
+beyond their state. A part picks it from `ClientKit` (class_parts.py: party_side), so that the trainer does not ask
+which kind it holds:
+
+  nothing, rows  `KeptRows`       the client's objective (client_objective.py); its rows, if any, travel with its
+                                  state (crossdevice/exchange.py); nothing else leaves the rank
+  summaries      `AlbumClusters`  PrivacyFace on personal albums (spec §3; docs/BASELINES.md): each client's loss is
+                                  the consensus-aware margin softmax over its own n rows and the relayed clusters
+                                  of the other clients (spec §3.4, `AlbumRows`); after its local steps it runs DPLC
+                                  over its rows on the device (spec §3.3) and the rank sends the release
+                                  [Q, d + 2] of each client to the server after the round's reduction (tag
+                                  TAG_CLUSTERS, in the assignment's order); after Θ it receives the server's pool
+                                  (crossdevice/cluster_relay.py) by broadcast, kept until the next."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from fedmpi.comm import p2p
+from fedmpi.config.clients import clients_per_round
+from fedmpi.crossdevice.client_objective import OwnClassRows, client_objective
+from fedmpi.crossdevice.cluster_pool import ClusterPool
+from fedmpi.layout import SERVER
+from fedmpi.models.cone_negatives import consensus_aware_loss
+from fedmpi.models.heads import make_margin
+
+TAG_CLUSTERS = 4     # gloo matches a pair's messages by tag: never a state's (0) or an upload's (1)
+
+
+class AlbumRows(OwnClassRows):
+    """OwnClassRows whose loss is spec §3.4's over the client's rows and `pool`'s clusters of the other clients,
+    and which releases the client's DPLC clusters after its local steps (`released`, in the order trained)."""
+
+    def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool):
+        super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size)   # no ℓ_pos: ν unused
+        self.head, self.part, self.pool = head, part, pool
+        self.round, self.client, self.cones = 0, -1, None
+        self.released: list[torch.Tensor] = []
+
+    def begin(self, k: int, rows: torch.Tensor) -> None:
+        super().begin(k, rows)
+        self.client, self.cones = k, self.pool.negatives_for(k)
+
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return consensus_aware_loss(model(x), self.w, y, self.head, self.cones)
+
+    def end(self, rows: torch.Tensor) -> None:
+        super().end(rows)
+        out = torch.zeros(self.pool.Q, self.d + 2, dtype=self.w.dtype, device=self.w.device)
+        self.part.release_on_device(self.w.detach(), out, self.client, self.round)
+        self.released.append(out)
+
+
+class KeptRows:
+    """Nothing leaves a client beyond its upload and its state."""
+
+    def __init__(self, objective):
+        self.objective = objective
+
+    def prepare(self, r: int) -> None:
+        pass
+
+    def upload(self, r: int) -> None:
+        pass
+
+    def download(self) -> None:
+        pass
+
+    def state(self) -> dict:
+        """What the trainer part of a checkpoint keeps of it ({} nothing): live tensors, restored in place."""
+        return {}
+
+
+class AlbumClusters(KeptRows):
+    """The clients' releases to the server, the server's pool back (every trainer rank keeps the same copy)."""
+
+    def __init__(self, part, kit: "ClientKit"):
+        cfg = kit.cfg
+        c, o = cfg.clients, part.options
+        self.pool = ClusterPool(o.pool_rounds, clients_per_round(c.population, c.fraction), o.clusters,
+                                cfg.model.embedding_size, c.population, kit.device, kit.dtype)
+        head = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
+        super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, head, part,
+                                   self.pool))
+        self.side = kit.side
+
+    def prepare(self, r: int) -> None:
+        self.objective.round, self.objective.released = r, []
+
+    def upload(self, r: int) -> None:
+        for release in self.objective.released:
+            p2p.send(release, dst=SERVER, group=self.side.group, tag=TAG_CLUSTERS)
+
+    def download(self) -> None:
+        dist.broadcast(self.pool.clusters, src=SERVER, group=self.side.group)
+        dist.broadcast(self.pool.owners, src=SERVER, group=self.side.group)
+
+    def state(self) -> dict:
+        return {"classes": {"clusters": self.pool.clusters, "owners": self.pool.owners}}
+
+
+class ClientKit:
+    """What a class part picks a trainer rank's side from across devices (ClassPart.party_side)."""
+
+    def __init__(self, cfg, model, data, side, device, dtype):
+        self.cfg, self.model, self.data, self.side, self.device, self.dtype = cfg, model, data, side, device, dtype
+
+    def nothing(self) -> KeptRows:
+        return KeptRows(client_objective(self.cfg, self.model, self.data))
+
+    def rows(self, part) -> KeptRows:
+        return self.nothing()
+
+    def summaries(self, part) -> AlbumClusters:
+        return AlbumClusters(part, self)

@@ -1,0 +1,51 @@
+"""PrivacyFace's pool across devices: the DP clusters the clients of the last `rounds` rounds released (spec §3.3),
+which the server relays to the next cohort as negatives (spec §3.4). Fixed size, so that one broadcast moves it
+(every rank the same shapes): `rounds` slots of cohort x Q rows [p (d) | α | valid] (models/cone_negatives.py; a
+row whose last value is 0 holds no cluster) and the id of the client that released each row (-1: none), so that a
+client leaves its own clusters out. The server also counts each client's releases (its privacy spent: one release
+each round it is sampled, released or not). The server's pool is checkpointed with the clients' store, a trainer
+rank's received copy with its trainer part."""
+from __future__ import annotations
+
+import torch
+
+from fedmpi.models.cone_negatives import valid_cones
+
+
+class ClusterPool:
+    def __init__(self, rounds: int, cohort: int, clusters: int, d: int, population: int, device, dtype):
+        self.rounds, self.per_round, self.Q = rounds, cohort * clusters, clusters
+        self.clusters = torch.zeros(rounds * self.per_round, d + 2, dtype=dtype, device=device)
+        self.owners = torch.full((rounds * self.per_round,), -1, dtype=torch.int64, device=device)
+        self.releases = torch.zeros(population, dtype=torch.int64)      # the server's count per client (CPU)
+
+    def put(self, r: int, clients: list[int], released: torch.Tensor) -> None:
+        """Round r's releases [m, Q, d + 2] of `clients` (in that order) into the round's slot, replacing the
+        releases of round r − rounds; each client's release counted."""
+        start = (r % self.rounds) * self.per_round
+        rows = released.reshape(-1, self.clusters.shape[1])
+        self.clusters[start:start + self.per_round].zero_()
+        self.owners[start:start + self.per_round] = -1
+        self.clusters[start:start + rows.shape[0]] = rows.to(self.clusters)
+        self.owners[start:start + rows.shape[0]] = torch.tensor(clients, dtype=torch.int64).repeat_interleave(
+            self.Q).to(self.owners.device)
+        self.releases[torch.tensor(clients, dtype=torch.int64)] += 1
+
+    def negatives_for(self, k: int) -> torch.Tensor | None:
+        """The valid clusters of every client but k (spec §3.6: a client does not use its own), or None."""
+        return valid_cones(self.clusters[self.owners != k])
+
+    def valid(self) -> int:
+        return int((self.clusters[:, -1] > 0).sum())
+
+    def state_dict(self) -> dict:
+        return {"clusters": self.clusters, "owners": self.owners, "releases": self.releases}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, target in self.state_dict().items():
+            saved = state[key]
+            if saved.shape != target.shape:
+                raise ValueError(f"checkpoint: the relayed clusters' {key} is {list(saved.shape)}, this run keeps "
+                                 f"{list(target.shape)} (fed.options.pool_rounds, clients.fraction, "
+                                 f"fed.options.clusters as the checkpoint's run)")
+            target.copy_(saved)
