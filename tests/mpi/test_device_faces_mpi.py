@@ -3,7 +3,7 @@ per client, the positive-only loss on the device, each client's w_c kept by the 
 face's embedding points nearly one way (W's mean pairwise cosine about 0.9): positive-only FedAvg leaves the class
 embeddings there, FedAwS's spreadout and FedGC's correction (every other client's row a negative, s = 64) on the
 server move them apart (the log's `classes` table, per round); all evaluate Θ on the held-out pair sets as the
-silo runs do."""
+silo runs do, the FedGC run the synthetic IJB-C too (eval.sets)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ CONFIG = "configs/faces_devices.yaml"
 TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.images_per_identity=8",
         "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu"]
 METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"],
-           "fedgc": ["fed.algorithm=fedgc", "fed.options={}"]}
+           "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"]}
 
 
 def run(tmp_path, name: str):
@@ -50,6 +50,16 @@ def test_fedgcs_correction_across_devices_pushes_every_clients_row_from_the_othe
     assert classes["clients_seen"][-1] == 16 and (classes["reg"] > 0).all() and "reg" not in runs["fedavg"][1]
     assert gc[-1] < gc[0] - 0.1 and gc[-1] < avg[-1] - 0.2, (gc, avg)
     assert "held-out accuracy % lfw" in stdout and np.isfinite(ev["lfw/accuracy"]).all()
+
+
+def test_a_device_run_evaluates_the_synthetic_ijbc_into_the_silos_columns(runs):
+    stdout, _, ev, _, _ = runs["fedgc"]
+    tar = [k for k in ev if k.startswith("ijbc/tar_far_")]
+    assert "ijbc/tar_far_1e-4" in tar and ev["round"].tolist() == [0, 11]
+    assert all(np.isfinite(ev[k]).all() and ((0 <= ev[k]) & (ev[k] <= 1)).all() for k in tar)
+    said = [line for line in stdout.splitlines() if line.startswith("eval after round")]
+    assert len(said) == 2 and all("; ijbc tar_far_1e-5 " in line for line in said), said
+    assert "ijbc/tar_far_1e-4" not in runs["fedaws"][2]
 
 
 def test_a_face_client_run_evaluates_the_pair_sets_and_counts_w_c_in_its_bytes(runs):
