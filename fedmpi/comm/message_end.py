@@ -5,7 +5,7 @@ aborting the receiving process (`op.preamble.length <= op.nbytes`, gloo/transpor
 rank waits); NCCL asks both sides for the same count (a mismatch is undefined). So before a receive the buffer's
 last element is set to a mark, a NaN with a payload no arithmetic makes; a message of the full length overwrites
 it, a shorter one cannot reach it (tests/mpi/test_message_end.py sends both through gloo). A CUDA tensor received
-on a gloo group goes through a host copy of itself (p2p.irecv), so the mark travels there too."""
+on a gloo group goes through a host buffer that p2p.irecv gives the mark too."""
 from __future__ import annotations
 
 import torch

@@ -20,6 +20,10 @@ def _host_copy_of(tensor: torch.Tensor) -> torch.Tensor:
     return host.copy_(tensor)
 
 
+def _host_like(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+
+
 class StagedSend:
     """A send of a host copy: keeps the copy alive until the send is done."""
 
@@ -61,8 +65,9 @@ def isend(tensor: torch.Tensor, dst: int, group, tag: int = 0):
 
 def irecv(tensor: torch.Tensor, src: int, group, tag: int = 0):
     if staged(tensor, group):
-        # a copy, not an empty buffer: what a shorter message leaves is the tensor's own (message_end.py's mark)
-        host = _host_copy_of(tensor)
+        host = _host_like(tensor)
+        if tensor.numel():    # the last element, where a shorter message leaves message_end.py's mark
+            host.reshape(-1)[-1:].copy_(tensor.reshape(-1)[-1:])
         return StagedReceive(dist.irecv(host, src=src, group=group, tag=tag), host, tensor)
     return dist.irecv(tensor, src=src, group=group, tag=tag)
 
