@@ -113,7 +113,8 @@ fr-baselines-cpu: $(STAMP) bytecode
 		--lock-hold $(LOCK_HOLD) $(ARGS)
 
 # A phone per person (jobs/faces_devices_study.py): a public pretraining, then 500 one-identity clients of the
-# synthetic faces from it, positive-only FedAvg and FedAwS (one step; FedFR's 20-step form), two seeds, into
-# docs/results/faces-devices-cpu/report.md; each run holds LOCK only while it runs
+# synthetic faces from it (10 local epochs at lr 0.1), positive-only FedAvg and FedAwS (one step; FedFR's 20-step
+# form), two seeds, verification and the synthetic IJB-C, into docs/results/faces-devices-cpu/report.md (about 20
+# minutes on 2 cores); each run holds LOCK only while it runs
 faces-devices-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu --lock $(LOCK) $(ARGS)

@@ -52,12 +52,20 @@ class DataSpec:
 class AttackSpec:
     """What a bad party does to its upload, for robustness studies: the trainable values of θ_i are sent as
     Θ + scale·(θ_i − Θ) (Θ the round's global model; frozen values and BN statistics are sent as trained).
-    1 is honest, -1 a sign-flipped update, 10 an update scaled up, 0 a free rider sending Θ back."""
+    1 is honest, -1 a sign-flipped update, 10 an update scaled up, 0 a free rider sending Θ back. `short_rows`: the
+    rows its leader leaves off the end of its class payload (W_k or its summary; a payload that many rows short)."""
     scale: float = 1.0
+    short_rows: int = 0
 
     def validate(self, fail, where: str) -> None:
         if not math.isfinite(self.scale):
             fail(f"{where}.scale", f"must be a finite number, got {self.scale}")
+        if self.short_rows < 0:
+            fail(f"{where}.short_rows", f"must be >= 0 (0: the whole payload), got {self.short_rows}")
+
+    @property
+    def honest(self) -> bool:
+        return self.scale == 1.0 and self.short_rows == 0
 
 
 @dataclass
@@ -85,8 +93,9 @@ class PartyConfig:
                  f"{cfg.model.bn_batch}")
         self.data.validate(fail, f"{where}.data")
         self.attack.validate(fail, f"{where}.attack")
-        if self.attack.scale != 1.0 and (cfg.fed.setting == "centralized" or cfg.cross_device):
-            fail(f"{where}.attack.scale", "only a party of the federated (or solo) layout uploads; "
+        if not self.attack.honest and (cfg.fed.setting == "centralized" or cfg.cross_device):
+            key = "scale" if self.attack.scale != 1.0 else "short_rows"
+            fail(f"{where}.attack.{key}", "only a party of the federated (or solo) layout uploads; "
                                           f"fed.setting={cfg.fed.setting}"
                                           f"{' with cross-device clients' if cfg.cross_device else ''} has none")
 

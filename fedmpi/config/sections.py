@@ -147,6 +147,9 @@ class BenchmarkSets:
             if root and cfg.eval.every == 0:
                 fail(f"eval.sets.{name}", "is evaluated with the held-out evaluation; eval.every=0 means no "
                      "evaluation (set eval.every > 0)")
+            if root and cfg.cross_device and not cfg.clients.face_clients:
+                fail(f"eval.sets.{name}", f"evaluates face embeddings; the cross-device clients of clients.dataset="
+                                          f"{cfg.clients.dataset} train a CIFAR CNN (clients.dataset=faces: an IResNet)")
 
 
 @dataclass

@@ -2,10 +2,10 @@
 in the cross-device setting. The rows travel with the clients' states (crossdevice/exchange.py: w_c down to the
 rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
-`RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party) or
-nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP clusters to the
-next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says how far apart
-the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+`RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each identity one party,
+identity_bounds) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients'
+DP clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
+how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
 from __future__ import annotations
 
 
@@ -44,14 +44,20 @@ class DeviceRows(NoClasses):
     def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
         store = self.store
         seen = store.seen.nonzero().flatten()
-        per = store.rows.shape[1] // self.d
         W = store.rows[seen].reshape(-1, self.d)
         row = {}
         if self.part is not None and len(seen):
-            bounds = [(i * per, (i + 1) * per) for i in range(len(seen))]
-            row = self.part.step(W, bounds, lr, r, state)
+            row = self.part.step(W, identity_bounds(W.shape[0]), lr, r, state)
             store.rows[seen] = W.reshape(len(seen), -1)
         self.row = {"round": r, **row, "mean_cosine": mean_pairwise_cosine(W), "clients_seen": len(seen)}
+
+
+def identity_bounds(rows: int) -> list[tuple[int, int]]:
+    """Every identity its own party in the part's step: a face client's positive-only loss pulls its images towards
+    each of its own rows and pushes no row away from another, not even two of one album, so every other row is a
+    negative of each (FedGC's Reg, spec §1.4: the softmax terms the clients' losses miss; with one identity a
+    client, each client is one party)."""
+    return [(i, i + 1) for i in range(rows)]
 
 
 def columns(part_class) -> dict:

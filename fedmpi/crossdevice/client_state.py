@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from fedmpi.aggregation.class_payload_check import out_of_range
+from fedmpi.comm.message_end import reached_end
 from fedmpi.core.flat import unflatten_into
 
 
@@ -79,12 +80,18 @@ class ClientStore:
             self.seen[int(k)] = True
 
     def put_round(self, r: int, returned: list[tuple[int, torch.Tensor]]) -> None:
-        """The round's returned states; a client's class embeddings that are not finite or out of range among the
-        round's (aggregation/class_payload_check.py) are named and left out: the store keeps its last good rows,
-        which the client gets when it is next sampled."""
-        why = (out_of_range([self.layout.rows(flat) for _, flat in returned], self.norm_ratio)
-               if self.layout.rows_numel else [None] * len(returned))
-        for (k, flat), reason in zip(returned, why):
+        """The round's returned states; a state that did not fill its buffer (comm/message_end.py: the exchange
+        marked it) is named and not stored at all; a client's class embeddings that are not finite or out of range
+        among the round's (aggregation/class_payload_check.py) are named and left out: the store keeps its last good
+        rows, which the client gets when it is next sampled."""
+        whole = [(k, flat) for k, flat in returned if reached_end(flat)]
+        for k, flat in returned:
+            if not reached_end(flat):
+                print(f"round {r + 1}: the state of client {k} is wrongly shaped (shorter than its "
+                      f"{self.layout.numel} values): left out, its last good state and rows kept", flush=True)
+        why = (out_of_range([self.layout.rows(flat) for _, flat in whole], self.norm_ratio)
+               if self.layout.rows_numel else [None] * len(whole))
+        for (k, flat), reason in zip(whole, why):
             if reason:
                 print(f"round {r + 1}: the class embeddings of client {k} are {reason}: left out, its last good "
                       f"rows kept", flush=True)

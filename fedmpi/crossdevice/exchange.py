@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.comm import p2p
+from fedmpi.comm.message_end import mark_end
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
@@ -110,6 +111,8 @@ class ClientExchange:
         self._work = [dist.reduce(self.payload, dst=SERVER, op=dist.ReduceOp.SUM, group=self.group, async_op=True)]
 
     def _receive_states(self, outgoing: list[tuple[int, int, torch.Tensor]]) -> list:
+        for _, _, state in outgoing:      # a state shorter than the layout's leaves the mark (ClientStore.put_round)
+            mark_end(state)
         return [(k, state, p2p.irecv(state, src=rank, group=self.group)) for rank, k, state in outgoing]
 
     def _send_states(self, assignment: list[list[int]]) -> list[tuple[int, int, torch.Tensor]]:

@@ -1,11 +1,14 @@
-"""The face clients' evaluation: Θ on the held-out folds of the pair sets (data.val_sets), as the silo runs
-evaluate it (metrics/evaluator.py; the same columns in the log's /eval), on the server when an evaluation is due."""
+"""The face clients' evaluation: Θ on the held-out folds of the pair sets (data.val_sets) and on the large-scale
+benchmarks of eval.sets (the synthetic IJB-B/C, a release, MegaFace), as the silo runs evaluate them
+(metrics/evaluator.py, silo/benchmarks.py; the same columns in the log's /eval, the same evaluation line), on the
+server when an evaluation is due."""
 from __future__ import annotations
 
 from fedmpi.crossdevice.evaluation import TestAccuracy
 from fedmpi.data.sets import prepare_validation_sets
 from fedmpi.data.verification_bin import load_bin
 from fedmpi.metrics.evaluator import Evaluator
+from fedmpi.silo.benchmarks import Benchmarks
 from fedmpi.silo.evaluation import accuracy_line, log_row
 
 
@@ -19,10 +22,13 @@ class Verification(TestAccuracy):
                 for name, path in prepare_validation_sets(cfg.data).items()}
         self.evaluator = Evaluator(sets, fv_folds=cfg.fv.folds, batch_size=cfg.eval.batch_size,
                                    device=setting.parts.device)
+        # the benchmarks embed with the server's model itself, into which round_done wrote Θ
+        self.benchmarks = Benchmarks.build(cfg, setting.parts, setting.parts.model)
 
     def measure(self) -> tuple[float, dict, str]:
         results = self.evaluator.evaluate(self.setting.parts.model)
+        benchmarks = self.benchmarks.evaluate_backbone() if self.benchmarks else None
         mean = sum(m["accuracy"] for m in results.values()) / len(results)
-        row = log_row(0, 0, results)
+        row = log_row(0, 0, results, benchmarks)
         columns = {k: v for k, v in row.items() if k not in ("round", "step")}
-        return mean, columns, accuracy_line(0, results).split(": ", 1)[1]
+        return mean, columns, accuracy_line(0, results, benchmarks).split(": ", 1)[1]

@@ -18,6 +18,7 @@ from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table a
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.core.seams import NoClasses
+from fedmpi.silo.benchmarks import log_columns as benchmark_columns
 
 
 class CrossDeviceSetting:
@@ -34,7 +35,8 @@ class CrossDeviceSetting:
             tables["classes"] = class_columns(parts.rule.classes)
         else:
             tables["eval"] = EVAL_COLUMNS
-        self.log_schema = {"val_sets": list(cfg.data.val_sets), "extra_tables": tables}
+        self.log_schema = {"val_sets": list(cfg.data.val_sets), "extra_tables": tables,
+                           "eval_columns": benchmark_columns(cfg)}     # eval.sets: the face clients' only
         if cfg.fed.secure_aggregation.enabled:     # who missed which stage of the round's session
             tables["secagg"] = secure_log_table(self.sampler.count)
         self.party_tables: dict = {}   # no per-client numbers beyond the round's statistics

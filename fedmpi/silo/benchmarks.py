@@ -50,8 +50,9 @@ class Benchmarks:
         self.protocols, self.backbone = protocols, backbone
 
     @classmethod
-    def build(cls, cfg, parts) -> "Benchmarks | None":
-        """eval.sets' protocols, evaluated on a model of the run's parts (None: no benchmark configured)."""
+    def build(cls, cfg, parts, backbone: torch.nn.Module | None = None) -> "Benchmarks | None":
+        """eval.sets' protocols, evaluated on `backbone` (default: a new model of the run's parts; None: no
+        benchmark configured)."""
         sets = configured_sets(cfg)
         if not sets:
             return None
@@ -61,7 +62,7 @@ class Benchmarks:
                        cache_bytes=CACHE_BYTES)
         protocols = [build_protocol(name, synthetic_root(cfg, name) if root == SYNTHETIC else Path(root),
                                     cfg.data.image_size, **options) for name, root in sets.items()]
-        return cls(protocols, parts.new_model())
+        return cls(protocols, parts.new_model() if backbone is None else backbone)
 
     @property
     def names(self) -> list[str]:
@@ -71,6 +72,10 @@ class Benchmarks:
         from fedmpi.core.state import BackboneState
 
         BackboneState(self.backbone).write(theta)
+        return self.evaluate_backbone()
+
+    def evaluate_backbone(self) -> dict[str, dict[str, float]]:
+        """The benchmarks of the model the backbone holds now."""
         return {p.name: p.evaluate(self.backbone) for p in self.protocols}
 
 

@@ -91,6 +91,7 @@ class PartyClasses(NoPartyClasses):
         n, d = classifier.num_classes, classifier.embedding_size
         self.W = torch.zeros(n, d, dtype=kit.dtype, device=kit.device) if self.is_leader else None
         self.label = comm.group_label(self.party.name, self.groups.party)
+        self.short_rows = kit.short_rows      # a bad party's payload that many rows short (parties.NAME.attack)
 
     def _blocks(self) -> list[tuple[int, int]]:
         return [shard_bounds(self.classifier.num_classes, self.ranks, i) for i in range(self.ranks)]
@@ -124,6 +125,7 @@ class PartyClasses(NoPartyClasses):
         if not self.is_leader:
             return
         payload = self.payload(r)
+        payload = payload[:max(payload.shape[0] - self.short_rows, 0)]
         with comm.naming_failures(f"send of the class payload over {comm.group_label('leaders', self.groups.leaders)}"):
             p2p.send(payload, dst=SERVER, group=self.groups.leaders, tag=TAG_UP)
 
@@ -212,8 +214,8 @@ class PartyKit(TransportKit):
     the rule's trainer state, the number of parties."""
 
     def __init__(self, party: Party, rank: int, groups, classifier, optimizer, algo_state: dict, parties: int,
-                 device, dtype):
-        self.party, self.rank, self.groups = party, rank, groups
+                 device, dtype, short_rows: int = 0):
+        self.party, self.rank, self.groups, self.short_rows = party, rank, groups, short_rows
         self.classifier, self.optimizer, self.algo_state = classifier, optimizer, algo_state
         self.parties, self.device, self.dtype = parties, device, dtype
         self.Nothing, self.Rows, self.Summaries = NoPartyClasses, PartyRows, PartySummaries

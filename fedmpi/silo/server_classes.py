@@ -11,6 +11,7 @@ from fedmpi import comm
 from fedmpi.aggregation.class_payload_check import out_of_range
 from fedmpi.algorithms.class_steps import bounds_of
 from fedmpi.comm import p2p
+from fedmpi.comm.message_end import mark_end, reached_end
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.core.seams import NoClasses
 from fedmpi.layout import Party
@@ -52,6 +53,8 @@ class ServerClasses:
         self.due, self.row = self.part.due(r), None
         if not self.due:
             return
+        for u in self.uploads:          # a payload shorter than n_k x d (or the summary's shape) leaves the mark
+            mark_end(u)
         works = [p2p.irecv(u, src=leader, group=self.leaders, tag=TAG_UP) for u, leader in zip(self.uploads, self._leaders)]
         self._work = [ReceivesInBackground(works)] if self._point_to_point_threads else works
 
@@ -90,9 +93,13 @@ class ServerClasses:
         raise NotImplementedError
 
     def left_out(self, excluded, r: int | None = None) -> np.ndarray:
-        """[P] bool: excluded by the upload check, or a class payload that is not finite or out of range
-        (aggregation/class_payload_check.py; said in one line each when round r is given)."""
-        why = out_of_range(self.uploads, self.norm_ratio)
+        """[P] bool: excluded by the upload check, or a class payload that is shorter than its buffer
+        (comm/message_end.py), not finite or out of range among the others (aggregation/class_payload_check.py);
+        said in one line each when round r is given."""
+        why = self.shape_check()
+        whole = [k for k, reason in enumerate(why) if reason is None]
+        for k, reason in zip(whole, out_of_range([self.uploads[k] for k in whole], self.norm_ratio)):
+            why[k] = reason
         if r is not None:
             for name, reason in zip(self.names, why):
                 if reason:
@@ -100,6 +107,12 @@ class ServerClasses:
                           f"class step", flush=True)
         bad = np.array([reason is not None for reason in why], dtype=bool)
         return bad | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
+
+    def shape_check(self) -> list[str | None]:
+        """For each party, why its payload is wrongly shaped (it did not fill the [rows, columns] the server expects
+        of it: a longer one gloo refuses itself, comm/message_end.py), or None."""
+        return [None if reached_end(u) else f"wrongly shaped (shorter than the {' x '.join(map(str, u.shape))} "
+                f"values the server expects of it)" for u in self.uploads]
 
     def bytes_per_round(self) -> dict[str, int]:
         """The last round's class payloads: up to the server, down to the leaders, inside the parties."""

@@ -16,7 +16,7 @@ from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.silo.attack import attack_scale, scale_update
+from fedmpi.silo.attack import attack_scale, scale_update, short_rows
 from fedmpi.silo.classes import PartyKit
 from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
@@ -71,7 +71,7 @@ class Trainer(PartyParts, PartyCheckpoint):
         # what of the party's class embeddings leaves it each round (the class part's transport, silo/classes.py)
         self.classes = self.algorithm.classes.party_side(PartyKit(
             self.party, self.rank, self.groups, self.classifier, self.classifier_opt, self.algo_state,
-            len(ctx.layout.parties), self.device, self.dtype))
+            len(ctx.layout.parties), self.device, self.dtype, short_rows=short_rows(cfg, self.party.name)))
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         return run_trainer_rounds(self, self.cfg.rounds, self.cfg.lr_at_round, start_round, checkpointer)
@@ -176,10 +176,8 @@ class Trainer(PartyParts, PartyCheckpoint):
             self.classes.upload(r)
             if self.personal_evaluation is not None and evaluation_due(r, self.cfg.eval.every, self.cfg.rounds):
                 self.round_columns.update(self.personal_evaluation(self.backbone, self.objective.personal))
-            rebuild = None
-            if previous is not None:
-                def rebuild():
-                    self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state)
+            rebuild = None if previous is None else (
+                lambda: self.algorithm.on_global(previous, self.down.trainable, rnd.lr, self.algo_state))
             self.take_global(rebuild)
             self.classes.download(r)
 

@@ -102,6 +102,7 @@ def test_a_diverged_global_model_ends_the_run_cleanly_with_its_evaluation_logged
     (["parties.ga.attack.scale=-1", "fed.setting=centralized"],
      "parties.ga.attack.scale: only a party of the federated (or solo) layout uploads"),
     (["parties.ga.attack.scale=oops"], "parties[1].attack.scale: expected a number"),
+    (["parties.ga.attack.short_rows=-1"], "parties.ga.attack.short_rows: must be >= 0 (0: the whole payload), got -1"),
     (["log.influence=true", "clients.population=10"], "log.influence: needs every upload"),
 ])
 def test_bad_values_are_refused_in_one_line(overrides, message):

@@ -1,8 +1,9 @@
-"""Face clients across devices under mpirun (configs/faces_devices.yaml shrunk): one identity per client, the
-positive-only loss on the device, each client's w_c kept by the server. From a random start every face's
-embedding points nearly one way (W's mean pairwise cosine about 0.9): positive-only FedAvg leaves the class
-embeddings there, FedAwS's spreadout on the server moves them apart (the log's `classes` table, per round); both
-evaluate Θ on the held-out pair sets as the silo runs do."""
+"""Face clients across devices under mpirun (configs/faces_devices.yaml shrunk), one run per method: one identity
+per client, the positive-only loss on the device, each client's w_c kept by the server. From a random start every
+face's embedding points nearly one way (W's mean pairwise cosine about 0.9): positive-only FedAvg leaves the class
+embeddings there, FedAwS's spreadout and FedGC's correction (every other client's row a negative, s = 64) on the
+server move them apart (the log's `classes` table, per round); all evaluate Θ on the held-out pair sets as the
+silo runs do, the FedGC run the synthetic IJB-C too (eval.sets)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,8 @@ from jobs.mpirun import mpirun
 CONFIG = "configs/faces_devices.yaml"
 TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.images_per_identity=8",
         "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu"]
-METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"]}
+METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"],
+           "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"]}
 
 
 def run(tmp_path, name: str):
@@ -40,6 +42,26 @@ def test_positive_only_fedavg_draws_the_class_embeddings_together_and_fedaws_kee
     assert len(avg) == len(aws) == 12 and runs["fedaws"][1]["clients_seen"][-1] == 16
     assert (avg > 0.85).all() and aws[-1] < aws[0] - 0.1 and aws[-1] < avg[-1] - 0.2, (avg, aws)
     assert (runs["fedaws"][1]["spreadout"] > 0).all() and "spreadout" not in runs["fedavg"][1]
+
+
+def test_fedgcs_correction_across_devices_pushes_every_clients_row_from_the_others(runs):
+    stdout, classes, ev, _, _ = runs["fedgc"]
+    gc, avg = classes["mean_cosine"], runs["fedavg"][1]["mean_cosine"]
+    assert classes["clients_seen"][-1] == 16 and (classes["reg"] > 0).all() and "reg" not in runs["fedavg"][1]
+    # at s = 64 the correction acts where rows nearly coincide (q ≈ e^{-s(1 - cos)}): round 1's step already takes
+    # them from FedAvg's ~0.89 to below 0.8, where it all but stops
+    assert (gc < 0.8).all() and (gc < avg - 0.1).all(), (gc, avg)
+    assert "held-out accuracy % lfw" in stdout and np.isfinite(ev["lfw/accuracy"]).all()
+
+
+def test_a_device_run_evaluates_the_synthetic_ijbc_into_the_silos_columns(runs):
+    stdout, _, ev, _, _ = runs["fedgc"]
+    tar = [k for k in ev if k.startswith("ijbc/tar_far_")]
+    assert "ijbc/tar_far_1e-4" in tar and ev["round"].tolist() == [0, 11]
+    assert all(np.isfinite(ev[k]).all() and ((0 <= ev[k]) & (ev[k] <= 1)).all() for k in tar)
+    said = [line for line in stdout.splitlines() if line.startswith("eval after round")]
+    assert len(said) == 2 and all("; ijbc tar_far_1e-5 " in line for line in said), said
+    assert "ijbc/tar_far_1e-4" not in runs["fedaws"][2]
 
 
 def test_a_face_client_run_evaluates_the_pair_sets_and_counts_w_c_in_its_bytes(runs):

@@ -103,6 +103,12 @@ def test_each_client_holds_its_identities_images():
      "clients.cohort: vectorised: the face clients' IResNet keeps BatchNorm statistics"),
     (["clients.population=4", "clients.positive_margin=1.5"], "clients.positive_margin: ν_pos is a cosine"),
     (["clients.population=4", "fed.setting=centralized"], "fed.setting: centralized: one client holding every face"),
+    (["clients.population=4", "fed.algorithm=fedfr"], "fed.algorithm: fedfr trains each silo party's own objective"),
+    (["clients.population=4", "fed.algorithm=fedgc", "fed.dp.enabled=true"],
+     "fed.dp.enabled: fedgc uploads every party's class embeddings W_k, which DP-FedAvg neither clips nor noises"),
+    (["clients.population=4", "fv.enabled=true"], "fv.enabled: FV weights silo parties"),
+    (["clients.population=4", "parties.ms1m.attack.short_rows=1"],
+     "parties.ms1m.attack.short_rows: only a party of the federated (or solo) layout uploads"),
 ])
 def test_the_config_refuses_face_clients_in_one_line(overrides, message):
     from fedmpi.config import ConfigError, load_config
@@ -110,6 +116,17 @@ def test_the_config_refuses_face_clients_in_one_line(overrides, message):
     with pytest.raises(ConfigError) as caught:
         load_config(None, ["clients.dataset=faces", *overrides])
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_face_benchmarks_are_refused_for_the_cifar_clients_in_one_line():
+    from fedmpi.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["clients.population=4", "eval.every=1", "eval.sets.ijbc=synthetic"])
+    assert str(caught.value) == ("eval.sets.ijbc: evaluates face embeddings; the cross-device clients of "
+                                 "clients.dataset=synthetic train a CIFAR CNN (clients.dataset=faces: an IResNet)")
+    load_config(None, ["clients.population=4", "clients.dataset=faces", "clients.faces.identities=4", "eval.every=1",
+                       "eval.sets.ijbc=synthetic"])
 
 
 def test_model_init_is_read_by_face_clients_only():
