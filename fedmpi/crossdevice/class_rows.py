@@ -2,11 +2,13 @@
 in the cross-device setting. The rows travel with the clients' states (crossdevice/exchange.py: w_c down to the
 rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
-`RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party) or
-nothing (positive-only FedAvg), and the round's row of the log's `classes` table says how far apart the rows are
+`RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party; the
+round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only those) or nothing
+(positive-only FedAvg), and the round's row of the log's `classes` table says how far apart the rows are
 (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
 from __future__ import annotations
 
+import torch
 
 from fedmpi.core.seams import NoClasses
 from fedmpi.models.positive_only import mean_pairwise_cosine
@@ -43,13 +45,21 @@ class DeviceRows(NoClasses):
         store = self.store
         seen = store.seen.nonzero().flatten()
         per = store.rows.shape[1] // self.d
-        W = store.rows[seen].reshape(-1, self.d)
+        everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back
+        W = (store.rows if everyone else store.rows[seen]).reshape(-1, self.d)
         row = {}
         if self.part is not None and len(seen):
             bounds = [(i * per, (i + 1) * per) for i in range(len(seen))]
-            row = self.part.step(W, bounds, lr, r, state)
-            store.rows[seen] = W.reshape(len(seen), -1)
+            row = self.part.step_round(W, bounds, self.anchors(seen, per), lr, r, state)
+            if not everyone:
+                store.rows[seen] = W.reshape(len(seen), -1)
         self.row = {"round": r, **row, "mean_cosine": mean_pairwise_cosine(W), "clients_seen": len(seen)}
+
+    def anchors(self, seen: torch.Tensor, per: int) -> torch.Tensor:
+        """The rows of W (the seen clients' rows, in client order) that the round's clients returned."""
+        returned = torch.as_tensor(sorted(self.store.returned), dtype=torch.int64)
+        clients = torch.searchsorted(seen, returned)
+        return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
 
 
 def columns(part_class) -> dict:
