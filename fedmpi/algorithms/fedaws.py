@@ -58,8 +58,12 @@ class Spreadout(RowsPart):
                               weight_decay=s["weight_decay"], block=o.block_rows)
         return {"spreadout": loss}
 
+    @property
+    def anchored(self) -> bool:
+        return self.options.rows == "round"
+
     def step_round(self, W, bounds, anchors, lr, r, state):
-        if self.options.rows == "all":
+        if not self.anchored:
             return self.step(W, bounds, lr, r, state)
         from fedmpi.algorithms.spreadout_round import round_spreadout_step
 

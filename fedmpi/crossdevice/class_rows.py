@@ -5,13 +5,14 @@ nothing moves here; after each round the method's class part steps on the rows o
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each client one party; the
 round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only those) or nothing
 (positive-only FedAvg), and the round's row of the log's `classes` table says how far apart the rows are
-(the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+(the mean pairwise cosine: 1 is Yu et al.'s collapse; from Σ ŵ, which a round updates with the rows it changed,
+so that neither the measure nor the round-form step reads all of W when only a cohort's rows moved)."""
 from __future__ import annotations
 
 import torch
 
 from fedmpi.core.seams import NoClasses
-from fedmpi.models.positive_only import mean_pairwise_cosine
+from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
 COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
 
@@ -40,6 +41,7 @@ class DeviceRows(NoClasses):
     def __init__(self, store, d: int, part):
         self.store, self.d, self.part = store, d, part
         self.row: dict | None = None
+        self.total = None    # Σ ŵ over the seen rows (float64), kept up to date with the rows a round changes
 
     def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
         store = self.store
@@ -47,13 +49,28 @@ class DeviceRows(NoClasses):
         per = store.rows.shape[1] // self.d
         everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back
         W = (store.rows if everyone else store.rows[seen]).reshape(-1, self.d)
+        self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
             bounds = [(i * per, (i + 1) * per) for i in range(len(seen))]
-            row = self.part.step_round(W, bounds, self.anchors(seen, per), lr, r, state)
+            anchors = self.anchors(seen, per)
+            before = W[anchors].clone()
+            row = self.part.step_round(W, bounds, anchors, lr, r, state)
+            if self.part.anchored:
+                self.replace(W[anchors], before)
+            else:
+                self.total = None
             if not everyone:
                 store.rows[seen] = W.reshape(len(seen), -1)
-        self.row = {"round": r, **row, "mean_cosine": mean_pairwise_cosine(W), "clients_seen": len(seen)}
+        if self.total is None:
+            self.total = unit_sum(W)
+        self.row = {"round": r, **row, "mean_cosine": cosine_of_sum(self.total, W.shape[0]),
+                    "clients_seen": len(seen)}
+
+    def replace(self, new, old) -> None:
+        """Σ ŵ with the rows `old` replaced by `new`: O(rows d), where a sum over W would be O(M d)."""
+        if self.total is not None:
+            self.total += unit_sum(new.reshape(-1, self.d)) - unit_sum(old.reshape(-1, self.d))
 
     def anchors(self, seen: torch.Tensor, per: int) -> torch.Tensor:
         """The rows of W (the seen clients' rows, in client order) that the round's clients returned."""

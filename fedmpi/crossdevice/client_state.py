@@ -65,6 +65,7 @@ class ClientStore:
         self.rows = torch.zeros(population if layout.rows_numel else 0, layout.rows_numel, dtype=self.initial.dtype)
         self.seen = torch.zeros(len(self.rows), dtype=torch.bool)
         self.returned: list[int] = []     # the clients whose rows the latest round stored (the round's anchors)
+        self.replaced = self.rows[:0]     # the rows they replaced
 
     def get(self, k: int) -> torch.Tensor:
         rule = self.states.get(int(k), self.initial[:self.layout.rule_numel])
@@ -84,7 +85,9 @@ class ClientStore:
         which the client gets when it is next sampled."""
         why = (out_of_range([self.layout.rows(flat) for _, flat in returned], self.norm_ratio)
                if self.layout.rows_numel else [None] * len(returned))
-        self.returned = [int(k) for (k, _), reason in zip(returned, why) if reason is None]
+        if self.layout.rows_numel:     # whose rows this round stores, and the rows they replace (zeros: first seen)
+            self.returned = [int(k) for (k, _), reason in zip(returned, why) if reason is None]
+            self.replaced = self.rows[self.returned]
         for (k, flat), reason in zip(returned, why):
             if reason:
                 print(f"round {r + 1}: the class embeddings of client {k} are {reason}: left out, its last good "

@@ -227,3 +227,35 @@ def test_fedaws_rows_is_round_or_all_in_one_line():
         load_config("configs/faces_devices.yaml", ["fed.options.rows=cohort"])
     assert str(caught.value) == ("fed.options.rows: 'cohort' is not one of round, all (the rows the server's "
                                  "spreadout moves: the round's parties' or every party's)")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedaws-all"])
+def test_the_collapse_measure_kept_from_the_rows_a_round_changes_equals_it_over_all_of_w(name):
+    """W's mean pairwise cosine as the server logs it each round (Σ ŵ updated with the returned rows and the rows the
+    class step moved) against mean_pairwise_cosine over all the seen rows, round after round, clients returning
+    again, a client's rows left out (out of range) and a resumed server that starts from the store."""
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
+    from fedmpi.crossdevice.class_rows import DeviceKit
+    from fedmpi.crossdevice.client_state import client_store
+
+    rule = {"fedavg": FedAvg(), "fedaws": FedAwS(FedAwSOptions(lr_scale=5.0)),
+            "fedaws-all": FedAwS(FedAwSOptions(lr_scale=5.0, rows="all"))}[name]
+    g = torch.Generator().manual_seed(5)
+    store = client_store(FedAvg(), [torch.zeros(1)], population=12, rows=2 * 3)
+    exchange = rule.classes.server_side(DeviceKit(store, 3))
+    for r in range(8):
+        clients = torch.randperm(12, generator=g)[:4].tolist()
+        rows = torch.tensor([1.0, 0.3, 0.0]).repeat(2) + 0.3 * torch.randn(4, 6, generator=g)
+        if r == 5:
+            rows[0] *= 1e6                                              # out of range: left out, its last rows kept
+        store.put_round(r, list(zip(clients, rows)))
+        exchange.step(r, 0.1, {})
+        seen = store.seen.nonzero().flatten()
+        assert exchange.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(store.rows[seen].reshape(-1, 3)),
+                                                            abs=1e-12)
+    resumed = rule.classes.server_side(DeviceKit(store, 3))
+    store.put_round(8, [])
+    resumed.step(8, 0.1, {})
+    assert resumed.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(store.rows[seen].reshape(-1, 3)),
+                                                       abs=1e-12)
