@@ -2,7 +2,8 @@
 (crossdevice/client_state.py, crossdevice/class_rows.py): storing the cohort's returned states (w_c checked and
 written into W [M, d]), the method's class step on the rows seen so far, and the collapse measure. Every client
 has been seen (the steady state of a long run). Prints, per M, the mean seconds of each part over --repeats rounds
-and the store's bytes; positive-only FedAvg's parts are O(cohort d) and O(M d), FedAwS's spreadout O(M² d) with
+after a first one (whose collapse measure sums over all of W once; later rounds update that sum) and the store's
+bytes; positive-only FedAvg's parts are O(cohort d), FedAwS's spreadout O(M² d) with
 every row (fed.options.rows=all; top_k: the same cosines, then each row's k nearest) and O(cohort M d) with the
 round's rows as anchors (rows=round, the default).
 
@@ -38,7 +39,8 @@ def measure(M: int, method, cohort: int, d: int, repeats: int) -> dict[str, floa
     store.seen.fill_(True)
     exchange = method.classes.server_side(DeviceKit(store, d))
     generator = torch.Generator().manual_seed(0)
-    times = [one_round(store, exchange, cohort, d, r, generator) for r in range(repeats)]
+    one_round(store, exchange, cohort, d, 0, generator)    # a start's first round sums ŵ over all of W once
+    times = [one_round(store, exchange, cohort, d, r, generator) for r in range(1, repeats + 1)]
     return {key: sum(t[key] for t in times) / repeats for key in times[0]}
 
 

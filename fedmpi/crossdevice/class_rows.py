@@ -9,6 +9,8 @@ round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=roun
 so that neither the measure nor the round-form step reads all of W when only a cohort's rows moved)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from fedmpi.core.seams import NoClasses
@@ -52,7 +54,7 @@ class DeviceRows(NoClasses):
         self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
-            bounds = [(i * per, (i + 1) * per) for i in range(len(seen))]
+            bounds = ClientBounds(len(seen), per)
             anchors = self.anchors(seen, per)
             before = W[anchors].clone()
             row = self.part.step_round(W, bounds, anchors, lr, r, state)
@@ -77,6 +79,23 @@ class DeviceRows(NoClasses):
         returned = torch.as_tensor(sorted(self.store.returned), dtype=torch.int64)
         clients = torch.searchsorted(seen, returned)
         return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
+
+
+class ClientBounds(Sequence):
+    """Each of `clients` clients' [start, end) rows of W, `per` rows a client, made on use: the parts that read them
+    (FedGC's correction) walk them all, the round-form step none (a list of M tuples costs 20 ms a round at 85,742)."""
+
+    def __init__(self, clients: int, per: int):
+        self.clients, self.per = clients, per
+
+    def __len__(self) -> int:
+        return self.clients
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        if not -self.clients <= i < self.clients:
+            raise IndexError(i)
+        i %= self.clients
+        return i * self.per, (i + 1) * self.per
 
 
 def columns(part_class) -> dict:
