@@ -11,7 +11,8 @@ and only the anchors' rows move, the others held fixed: for c ∈ A
 
 (the second sum: c as another anchor's negative). When every row is an anchor, L and this gradient are those of
 the all-rows form: with all pairs the two sums are equal (r is symmetric), giving its (4/P) Σ_{c'≠c} r_cc' ŵ_c'. A
-step costs O(|A| C d) (the anchors' cosines against all of W) where the all-rows form costs O(C² d)."""
+step costs O(|A| C d) (the anchors' cosines against all of W) where the all-rows form costs O(C² d); the gradient's
+product runs over the rows within τ of some anchor only."""
 from __future__ import annotations
 
 import torch
@@ -53,7 +54,8 @@ def round_spreadout(unit: torch.Tensor, anchors: torch.Tensor, tau: float, top_k
             r = cos.sub_(tau).clamp_min_(0)
             loss += squares(r)
             r.mul_(2.0 / pairs)
-            grad[i:j] += r @ unit
+            near = r.any(dim=0).nonzero().flatten()                       # r is 0 beyond τ: rows spread apart
+            grad[i:j] += r[:, near] @ unit[near]                         # are most of W, and add nothing
             grad += r[:, anchors].T @ unit[rows]
     return float(loss) / pairs, grad
 
