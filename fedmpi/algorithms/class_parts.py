@@ -75,6 +75,13 @@ class RowsPart(ClassPart):
         the round's learning rate. Returns the round's row of the log's `classes` table."""
         raise NotImplementedError
 
+    anchored = False     # whether step_round moves the anchors' rows only
+
+    def step_round(self, W, bounds: list[tuple[int, int]], anchors, lr: float, r: int, state: dict) -> dict:
+        """The step where only some parties took part this round (a cross-device cohort): `anchors` [rows] the rows
+        of W that are the round's parties'. By default every row is stepped on, as in `step`."""
+        return self.step(W, bounds, lr, r, state)
+
 
 class SummaryPart(ClassPart):
     """The party's leader summarises W_k; the server relays each party the other parties' summaries."""

@@ -4,7 +4,11 @@ class embeddings W_k go to the server, which stacks W = [W_1; ...; W_P], takes a
 (fedmpi/algorithms/spreadout.py: the cosine form, τ = 0.4, mean over the ordered pairs, a party's own pairs
 included) and sends each party its rows back. The server sees every party's class embeddings; a party only its
 own. mode=paper: one plain step W ← W − λη∇L (η the round's learning rate); mode=fedfr: FedFR's FedAwS baseline,
-20 steps of SGD with momentum 0.9, lr 10η, weight decay 5e-4 and a fresh optimizer every round (no state is kept)."""
+20 steps of SGD with momentum 0.9, lr 10η, weight decay 5e-4 and a fresh optimizer every round (no state is kept).
+Which rows are stepped on (spec §2.7 item 4): rows=round, those of the parties that took part this round, each
+against all of W (FedFR's; fedmpi/algorithms/spreadout_round.py), or rows=all, every row (Aggarwal's FedFace). In
+the silo every party takes part every round, so both are the all-rows step; across devices only a cohort does, and
+round keeps the server's step O(cohort · M · d) instead of O(M² d) (docs/BASELINES.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +18,7 @@ from fedmpi.algorithms.class_rules import RowRuleOptions
 from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
+ROWS = ("round", "all")   # the anchors of the step: the round's parties' rows | every row
 MODES = {"paper": None, "fedfr": {"steps": 20, "momentum": 0.9, "lr_scale": 10.0, "weight_decay": 5e-4}}
 
 
@@ -22,11 +27,15 @@ class FedAwSOptions(RowRuleOptions):
     tau: float = 0.4                 # cosine threshold τ (FedFR's margin; ν = 2(1 − τ) in the squared-Euclidean form)
     top_k: int = 0                   # 0: every other row; k: the k nearest other rows of each row
     mode: str = "paper"              # paper (one plain step of λη) | fedfr (FedFR's baseline: 20 momentum steps)
+    rows: str = "round"              # round: the rows of the round's parties move (FedFR) | all: every row (FedFace)
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
         if self.mode not in MODES:
             raise ConfigError(f"fed.options.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.rows not in ROWS:
+            raise ConfigError(f"fed.options.rows: {self.rows!r} is not one of {', '.join(ROWS)} (the rows the server's "
+                              f"spreadout moves: the round's parties' or every party's)")
         if not -1 < self.tau < 1:
             raise ConfigError(f"fed.options.tau: must be in (-1, 1), got {self.tau}")
         if self.top_k < 0:
@@ -47,6 +56,20 @@ class Spreadout(RowsPart):
         o, s = self.options, self.options.schedule()
         loss = spreadout_step(W, s["lr_scale"] * lr, o.tau, o.top_k, steps=s["steps"], momentum=s["momentum"],
                               weight_decay=s["weight_decay"], block=o.block_rows)
+        return {"spreadout": loss}
+
+    @property
+    def anchored(self) -> bool:
+        return self.options.rows == "round"
+
+    def step_round(self, W, bounds, anchors, lr, r, state):
+        if not self.anchored:
+            return self.step(W, bounds, lr, r, state)
+        from fedmpi.algorithms.spreadout_round import round_spreadout_step
+
+        o, s = self.options, self.options.schedule()
+        loss = round_spreadout_step(W, anchors, s["lr_scale"] * lr, o.tau, o.top_k, steps=s["steps"],
+                                    momentum=s["momentum"], weight_decay=s["weight_decay"], block=o.block_rows)
         return {"spreadout": loss}
 
 

@@ -3,14 +3,20 @@ in the cross-device setting. The rows travel with the clients' states (crossdevi
 rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each identity one party,
-identity_bounds) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients'
-DP clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
-how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse)."""
+identity_bounds; the round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only
+those) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP
+clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
+how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse; from Σ ŵ, which a round updates
+with the rows it changed, so that neither the measure nor the round-form step reads all of W when only a cohort's
+rows moved)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 
 from fedmpi.core.seams import NoClasses
-from fedmpi.models.positive_only import mean_pairwise_cosine
+from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
 COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
 
@@ -40,24 +46,67 @@ class DeviceRows(NoClasses):
     def __init__(self, store, d: int, part):
         self.store, self.d, self.part = store, d, part
         self.row: dict | None = None
+        self.total = None    # Σ ŵ over the seen rows (float64), kept up to date with the rows a round changes
 
     def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
         store = self.store
         seen = store.seen.nonzero().flatten()
-        W = store.rows[seen].reshape(-1, self.d)
+        per = store.rows.shape[1] // self.d
+        everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back
+        W = (store.rows if everyone else store.rows[seen]).reshape(-1, self.d)
+        self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
-            row = self.part.step(W, identity_bounds(W.shape[0]), lr, r, state)
-            store.rows[seen] = W.reshape(len(seen), -1)
-        self.row = {"round": r, **row, "mean_cosine": mean_pairwise_cosine(W), "clients_seen": len(seen)}
+            bounds = identity_bounds(W.shape[0])
+            anchors = self.anchors(seen, per)
+            before = W[anchors].clone()
+            row = self.part.step_round(W, bounds, anchors, lr, r, state)
+            if self.part.anchored:
+                self.replace(W[anchors], before)
+            else:
+                self.total = None
+            if not everyone:
+                store.rows[seen] = W.reshape(len(seen), -1)
+        if self.total is None:
+            self.total = unit_sum(W)
+        self.row = {"round": r, **row, "mean_cosine": cosine_of_sum(self.total, W.shape[0]),
+                    "clients_seen": len(seen)}
+
+    def replace(self, new, old) -> None:
+        """Σ ŵ with the rows `old` replaced by `new`: O(rows d), where a sum over W would be O(M d)."""
+        if self.total is not None:
+            self.total += unit_sum(new.reshape(-1, self.d)) - unit_sum(old.reshape(-1, self.d))
+
+    def anchors(self, seen: torch.Tensor, per: int) -> torch.Tensor:
+        """The rows of W (the seen clients' rows, in client order) that the round's clients returned."""
+        returned = torch.as_tensor(sorted(self.store.returned), dtype=torch.int64)
+        clients = torch.searchsorted(seen, returned)
+        return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
 
 
-def identity_bounds(rows: int) -> list[tuple[int, int]]:
+class ClientBounds(Sequence):
+    """Each of `clients` clients' [start, end) rows of W, `per` rows a client, made on use: the parts that read them
+    (FedGC's correction) walk them all, the round-form step none (a list of M tuples costs 20 ms a round at 85,742)."""
+
+    def __init__(self, clients: int, per: int):
+        self.clients, self.per = clients, per
+
+    def __len__(self) -> int:
+        return self.clients
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        if not -self.clients <= i < self.clients:
+            raise IndexError(i)
+        i %= self.clients
+        return i * self.per, (i + 1) * self.per
+
+
+def identity_bounds(rows: int) -> ClientBounds:
     """Every identity its own party in the part's step: a face client's positive-only loss pulls its images towards
     each of its own rows and pushes no row away from another, not even two of one album, so every other row is a
     negative of each (FedGC's Reg, spec §1.4: the softmax terms the clients' losses miss; with one identity a
     client, each client is one party)."""
-    return [(i, i + 1) for i in range(rows)]
+    return ClientBounds(rows, 1)
 
 
 def columns(part_class) -> dict:

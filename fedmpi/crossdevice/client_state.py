@@ -66,6 +66,8 @@ class ClientStore:
         self.rows = torch.zeros(population if layout.rows_numel else 0, layout.rows_numel, dtype=self.initial.dtype)
         self.seen = torch.zeros(len(self.rows), dtype=torch.bool)
         self.pool = None      # PrivacyFace's relayed clusters (crossdevice/cluster_pool.py), checkpointed here
+        self.returned: list[int] = []     # the clients whose rows the latest round stored (the round's anchors)
+        self.replaced = self.rows[:0]     # the rows they replaced
 
     def get(self, k: int) -> torch.Tensor:
         rule = self.states.get(int(k), self.initial[:self.layout.rule_numel])
@@ -91,6 +93,9 @@ class ClientStore:
                       f"{self.layout.numel} values): left out, its last good state and rows kept", flush=True)
         why = (out_of_range([self.layout.rows(flat) for _, flat in whole], self.norm_ratio)
                if self.layout.rows_numel else [None] * len(whole))
+        if self.layout.rows_numel:     # whose rows this round stores, and the rows they replace (zeros: first seen)
+            self.returned = [int(k) for (k, _), reason in zip(whole, why) if reason is None]
+            self.replaced = self.rows[self.returned]
         for (k, flat), reason in zip(whole, why):
             if reason:
                 print(f"round {r + 1}: the class embeddings of client {k} are {reason}: left out, its last good "

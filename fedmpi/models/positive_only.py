@@ -21,8 +21,16 @@ def positive_loss(rows: torch.Tensor, embeddings: torch.Tensor, labels: torch.Te
 def mean_pairwise_cosine(W: torch.Tensor) -> float:
     """The mean of ŵ_i·ŵ_j over the ordered pairs i ≠ j of the rows of W [N, d] (1 when every row points one way:
     the collapse), from ‖Σ ŵ‖² = N + Σ_{i≠j} ŵ_i·ŵ_j, in float64 (O(N d), so at any population); NaN below 2 rows."""
-    n = W.shape[0]
+    return cosine_of_sum(unit_sum(W), W.shape[0])
+
+
+def unit_sum(W: torch.Tensor) -> torch.Tensor:
+    """Σ ŵ over the rows of W [N, d], in float64 (a zero row adds nothing)."""
+    return F.normalize(W.to(torch.float64), dim=1).sum(dim=0)
+
+
+def cosine_of_sum(total: torch.Tensor, n: int) -> float:
+    """The mean pairwise cosine of n unit rows from their sum `total` (unit_sum): (‖Σ ŵ‖² − n) / (n (n − 1))."""
     if n < 2:
         return float("nan")
-    total = F.normalize(W.to(torch.float64), dim=1).sum(dim=0)
     return float((total.dot(total) - n) / (n * (n - 1)))

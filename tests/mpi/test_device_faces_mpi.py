@@ -18,7 +18,8 @@ CONFIG = "configs/faces_devices.yaml"
 TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.images_per_identity=8",
         "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu"]
 METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"],
-           "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"]}
+           "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"],
+           "fedaws-round": ["fed.options.lr_scale=10", "fed.options.rows=round"]}
 
 
 def run(tmp_path, name: str):
@@ -72,3 +73,11 @@ def test_a_face_client_run_evaluates_the_pair_sets_and_counts_w_c_in_its_bytes(r
     # 8 clients a round, each w_c (128 float32 values) down and back up beside the two ranks' payloads
     assert runs["fedaws"][3]["bytes_up"][0] - runs["fedavg"][3]["bytes_up"][0] == 0
     assert (rounds["bytes_up"] >= 8 * 128 * 4).all()
+
+
+def test_fedaws_on_the_rounds_rows_keeps_them_apart_too(runs):
+    """fed.options.rows=round (the cross-device default; the config is Aggarwal's every row): each round only the
+    cohort's rows move, against all of W; the rows still spread where positive-only FedAvg's stay together."""
+    avg, aws = runs["fedavg"][1]["mean_cosine"], runs["fedaws-round"][1]["mean_cosine"]
+    assert (runs["fedaws-round"][1]["spreadout"] > 0).all() and runs["fedaws-round"][1]["clients_seen"][-1] == 16
+    assert aws[-1] < aws[0] - 0.1 and aws[-1] < avg[-1] - 0.2, (avg, aws)

@@ -172,7 +172,7 @@ def test_the_memory_check_sizes_w_for_all_clients_and_refuses_with_the_populatio
     assert judge_client_states(cfg, available=8 * 1024 ** 3) is None
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedgc"])
+@pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedaws-all", "fedgc"])
 def test_the_servers_class_step_across_devices_moves_only_the_rows_seen(name):
     """The store's W as the silo's stacked rows, each client one party: FedAwS and FedGC move the rows of the
     clients seen so far, positive-only FedAvg none; the unseen rows stay zero; the row of the log says how far
@@ -184,6 +184,7 @@ def test_the_servers_class_step_across_devices_moves_only_the_rows_seen(name):
     from fedmpi.crossdevice.client_state import client_store
 
     rule = {"fedavg": FedAvg(), "fedaws": FedAwS(FedAwSOptions(lr_scale=5.0)),
+            "fedaws-all": FedAwS(FedAwSOptions(lr_scale=5.0, rows="all")),
             "fedgc": FedGC(FedGCOptions(lr_scale=5.0))}[name]
     store = client_store(FedAvg(), [torch.zeros(1)], population=5, rows=3)
     near = [torch.tensor([1.0, 0.1, 0.0]), torch.tensor([1.0, 0.0, 0.1]), torch.tensor([1.0, -0.1, 0.0])]
@@ -196,3 +197,82 @@ def test_the_servers_class_step_across_devices_moves_only_the_rows_seen(name):
     moved = not torch.equal(store.rows, before)
     assert moved == (name != "fedavg")
     assert mean_pairwise_cosine(store.rows[[0, 2, 3]]) <= mean_pairwise_cosine(before[[0, 2, 3]]) + 1e-12
+
+
+@pytest.mark.parametrize("rows, per", [("round", 1), ("all", 1), ("round", 2)])
+def test_fedaws_moves_the_rounds_rows_against_all_of_w_or_every_row(rows, per):
+    """rows=round: the clients of the round are the anchors (their rows move, against every row seen: the step of
+    spreadout_round.py on the seen rows in client order), the rows of earlier rounds' clients stay; rows=all: every
+    seen row moves (spreadout.py). An album client (per = 2 rows) moves both its rows."""
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
+    from fedmpi.algorithms.spreadout import spreadout_step
+    from fedmpi.algorithms.spreadout_round import round_spreadout_step
+    from fedmpi.crossdevice.class_rows import DeviceKit
+    from fedmpi.crossdevice.client_state import client_store
+
+    g = torch.Generator().manual_seed(3)
+    d = 4
+    store = client_store(FedAvg(), [torch.zeros(1)], population=7, rows=per * d)
+    close = torch.tensor([1.0, 0.2, 0.0, 0.0]).repeat(per) + 0.1 * torch.randn(7, per * d, generator=g)
+    store.put_round(0, [(k, close[k]) for k in (0, 2, 5)])
+    store.put_round(1, [(k, close[k]) for k in (1, 5, 6)])
+    before = store.rows.clone()
+    exchange = FedAwS(FedAwSOptions(lr_scale=5.0, rows=rows)).classes.server_side(DeviceKit(store, d))
+    exchange.step(1, 0.1, {})
+    seen = [0, 1, 2, 5, 6]
+    expected = before[seen].reshape(-1, d).clone()
+    if rows == "round":
+        anchors = torch.tensor([p * per + j for p in (1, 3, 4) for j in range(per)])   # clients 1, 5, 6 among seen
+        loss = round_spreadout_step(expected, anchors, 0.5, 0.4)
+    else:
+        loss = spreadout_step(expected, 0.5, 0.4)
+    assert exchange.row["spreadout"] == loss and loss > 0
+    assert torch.equal(store.rows[seen].reshape(-1, d), expected)
+    moved = (store.rows != before).any(dim=1).tolist()
+    assert moved == ([False, True, False, False, False, True, True] if rows == "round"
+                     else [True, True, True, False, False, True, True])
+
+
+def test_fedaws_rows_is_round_or_all_in_one_line():
+    from fedmpi.algorithms.fedaws import FedAwSOptions
+    from fedmpi.config import ConfigError, load_config
+
+    assert FedAwSOptions().rows == "round"
+    load_config("configs/faces_devices.yaml", ["fed.options.rows=all"])
+    with pytest.raises(ConfigError) as caught:
+        load_config("configs/faces_devices.yaml", ["fed.options.rows=cohort"])
+    assert str(caught.value) == ("fed.options.rows: 'cohort' is not one of round, all (the rows the server's "
+                                 "spreadout moves: the round's parties' or every party's)")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedaws-all"])
+def test_the_collapse_measure_kept_from_the_rows_a_round_changes_equals_it_over_all_of_w(name):
+    """W's mean pairwise cosine as the server logs it each round (Σ ŵ updated with the returned rows and the rows the
+    class step moved) against mean_pairwise_cosine over all the seen rows, round after round, clients returning
+    again, a client's rows left out (out of range) and a resumed server that starts from the store."""
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
+    from fedmpi.crossdevice.class_rows import DeviceKit
+    from fedmpi.crossdevice.client_state import client_store
+
+    rule = {"fedavg": FedAvg(), "fedaws": FedAwS(FedAwSOptions(lr_scale=5.0)),
+            "fedaws-all": FedAwS(FedAwSOptions(lr_scale=5.0, rows="all"))}[name]
+    g = torch.Generator().manual_seed(5)
+    store = client_store(FedAvg(), [torch.zeros(1)], population=12, rows=2 * 3)
+    exchange = rule.classes.server_side(DeviceKit(store, 3))
+    for r in range(8):
+        clients = torch.randperm(12, generator=g)[:4].tolist()
+        rows = torch.tensor([1.0, 0.3, 0.0]).repeat(2) + 0.3 * torch.randn(4, 6, generator=g)
+        if r == 5:
+            rows[0] *= 1e6                                              # out of range: left out, its last rows kept
+        store.put_round(r, list(zip(clients, rows)))
+        exchange.step(r, 0.1, {})
+        seen = store.seen.nonzero().flatten()
+        assert exchange.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(store.rows[seen].reshape(-1, 3)),
+                                                            abs=1e-12)
+    resumed = rule.classes.server_side(DeviceKit(store, 3))
+    store.put_round(8, [])
+    resumed.step(8, 0.1, {})
+    assert resumed.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(store.rows[seen].reshape(-1, 3)),
+                                                       abs=1e-12)
