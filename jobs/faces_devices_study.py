@@ -1,12 +1,17 @@
 """A phone per person at CPU scale, from one command (`make faces-devices-cpu`; docs/results/faces-devices-cpu/):
 a public pretraining (configs/public_pretrain.yaml, the synthetic public identities, shrunk to the device model),
-exported as the start (tools.export), then the face clients of configs/faces_devices.yaml, one identity each, from
-that start (SCALES: a client's local epochs and lr): positive-only FedAvg, FedAwS (the paper's one step) and FedAwS
-in FedFR's form (20 momentum steps), two seeds paired (the same start and data; a seed draws the clients of each
-round and their batches). Each run's log gives the verification of Θ on the held-out pair sets and the synthetic
-IJB-C after its first and last round, W's mean pairwise cosine per round (the collapse curve) and the bytes a round
-moves per sampled client; the report is report.md beside the runs. PrivacyFace on albums is not in it: the
-cross-device setting refuses it (docs/BASELINES.md). With --lock FILE each run holds FILE only while it runs.
+exported as the start (tools.export), then the face clients of configs/faces_devices.yaml from that start (SCALES: a
+client's local epochs and lr), two seeds paired (the same start and data; a seed draws the clients of each round
+and their batches):
+  - one identity a client, BatchNorm by Θ's running statistics (clients.batch_norm=frozen, the default):
+    positive-only FedAvg, FedAwS (the paper's one step), FedAwS in FedFR's form (20 momentum steps);
+  - PrivacyFace on albums of ALBUM identities (the same identities, M / ALBUM clients);
+  - one identity a client, BatchNorm by the client's own batch (clients.batch_norm=batch): positive-only FedAvg and
+    FedAwS in FedFR's form, where the collapse shows.
+Each run's log gives the verification of Θ on the held-out pair sets and the synthetic IJB-C after its first and
+last round, W's mean pairwise cosine per round (the collapse curve) and the bytes a round moves per sampled client;
+the start itself is evaluated on the same folds and IJB-C by tools.evaluate. The report is report.md beside the
+runs. With --lock FILE each run holds FILE only while it runs.
 
     python -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu [--scale cpu|tiny] [--lock FILE]
 """
@@ -20,8 +25,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import h5py
 import numpy as np
 
+from fedmpi.protocols.fixtures import IJB_FOLDERS
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
 
@@ -34,16 +41,28 @@ MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", 
 # over 30 rounds, docs/results/faces-devices-cpu/report.md), the whole study about 20 minutes on 2 cores
 SCALES = {
     "cpu": {"public": (200, 10), "steps": 600, "clients": 500, "images": 6, "rounds": 30, "fraction": 0.1,
-            "epochs": 10, "lr": 0.1},
+            "epochs": 10, "lr": 0.1, "seeds": (0, 1)},
     "tiny": {"public": (20, 4), "steps": 4, "clients": 8, "images": 2, "rounds": 2, "fraction": 0.5,
-             "epochs": 1, "lr": 0.01},
+             "epochs": 1, "lr": 0.01, "seeds": (0,)},
 }
 IJB = "ijbc"            # the synthetic IJB-C (fedmpi/protocols/fixtures.py): 200 templates, ~3,000 pairs
 IJB_FAR = "1e-2"        # its ~2,700 impostor pairs read TAR no lower than FAR 1e-3 (2.7 false accepts)
-METHODS = {"fedavg": ("Positive-only FedAvg", ["fed.algorithm=fedavg", "fed.options={}"]),
-           "fedaws": ("FedAwS (one step)", ["fed.algorithm=fedaws", "fed.options.mode=paper"]),
-           "fedaws-fedfr": ("FedAwS (FedFR's 20 momentum steps)", ["fed.algorithm=fedaws", "fed.options.mode=fedfr"])}
-SEEDS = (0, 1)
+ALBUM = 4               # identities of a PrivacyFace client (a personal album)
+BATCH_BN = "clients.batch_norm=batch"
+METHODS = {    # name: (label, overrides, identities a client)
+    "fedavg": ("Positive-only FedAvg", ["fed.algorithm=fedavg", "fed.options={}"], 1),
+    "fedaws": ("FedAwS (one step)", ["fed.algorithm=fedaws", "fed.options.mode=paper"], 1),
+    "fedaws-fedfr": ("FedAwS (FedFR's 20 momentum steps)", ["fed.algorithm=fedaws", "fed.options.mode=fedfr"], 1),
+    # its margin softmax at s = 64 takes Aggarwal's lr 0.01 and one epoch (the config's): 10 steps at 0.1 cost it
+    # 9 points of verification in round 1
+    "privacyface": (f"PrivacyFace on albums of {ALBUM} (E = 1, lr 0.01)",
+                    ["fed.algorithm=privacyface", "fed.options={}", f"clients.identities_per_client={ALBUM}",
+                     "clients.epochs=1", "optim.lr=0.01"], ALBUM),
+    "fedavg-batchbn": ("Positive-only FedAvg, BatchNorm by batch", ["fed.algorithm=fedavg", "fed.options={}",
+                                                                   BATCH_BN], 1),
+    "fedaws-fedfr-batchbn": ("FedAwS (FedFR's form), BatchNorm by batch", ["fed.algorithm=fedaws",
+                                                                          "fed.options.mode=fedfr", BATCH_BN], 1),
+}
 
 
 @contextmanager
@@ -85,15 +104,31 @@ def pretrain(folder: Path, s: dict, lock: str | None) -> Path:
 def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: str | None) -> Path:
     run = f"{name}-seed{seed}"
     if not (folder / "runs" / run / "log.h5").is_file():
-        M = s["clients"]
-        launch(3, ["--config", "configs/faces_devices.yaml", *MODEL, *METHODS[name][1], f"model.init={start}",
-                   f"clients.population={M}", f"clients.faces.identities={M}",
+        M, album = s["clients"], METHODS[name][2]
+        launch(3, ["--config", "configs/faces_devices.yaml", *MODEL, f"model.init={start}",
+                   f"clients.population={M // album}", f"clients.faces.identities={M}",
                    f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
                    f"clients.fraction={s['fraction']}", f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}",
                    f"eval.every={s['rounds']}", f"eval.sets.{IJB}=synthetic", f"run.seed={seed}",
                    f"clients.sampler_seed={seed}",
-                   f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}"], lock, run)
+                   f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}",
+                   *METHODS[name][1]], lock, run)     # the method's overrides last: they win
     return folder / "runs" / run / "log.h5"
+
+
+def start_summary(folder: Path, start: Path) -> dict:
+    """The start itself on the runs' held-out folds and synthetic IJB-C (written under data/ by the first run),
+    by tools.evaluate: the runs' round-1 numbers are already one round of training away from it."""
+    data, out = folder / "data", folder / "start" / "eval"
+    pairs = sorted(next(data.glob("val-*")).glob("*.bin"))
+    ijb = next(data.glob(f"{IJB}-*")) / IJB_FOLDERS[IJB]
+    subprocess.run([sys.executable, "-m", "tools.evaluate", str(start), "--pairs", *map(str, pairs), "--folds",
+                    "held-out", "--fv-folds", "first", f"--{IJB}", str(ijb), "--out", str(out)],
+                   check=True, capture_output=True)
+    sets = json.loads((out / "pairs.json").read_text())["sets"]
+    with h5py.File(out / f"{IJB}.h5", "r") as f:
+        tar = json.loads(f.attrs["metrics"])[f"tar_far_{IJB_FAR}"]
+    return {"accuracy": float(np.mean([v["accuracy"] for v in sets.values()])), "ijb": float(tar)}
 
 
 def summary(path: Path) -> dict:
@@ -108,25 +143,27 @@ def summary(path: Path) -> dict:
             "bytes_per_client": float((rounds["bytes_up"] + rounds["bytes_down"]).mean() / clients)}
 
 
-def report(results: dict, s: dict) -> str:
-    lines = [f"# A phone per person at CPU scale ({s['clients']} one-identity clients of {s['images']} synthetic "
-             f"images, {s['rounds']} rounds, fraction {s['fraction']}, {s['epochs']} local epochs at lr {s['lr']}; "
+def report(results: dict, start: dict, s: dict) -> str:
+    lines = [f"# A phone per person at CPU scale ({s['clients']} synthetic identities of {s['images']} images: "
+             f"{s['clients']} one-identity clients, or {s['clients'] // ALBUM} albums of {ALBUM} for PrivacyFace; "
+             f"{s['rounds']} rounds, fraction {s['fraction']}, {s['epochs']} local epochs at lr {s['lr']}; "
              f"`make faces-devices-cpu`)", "",
-             "Verification: mean held-out accuracy (%) over the pair sets after round 1 and after the last round. "
-             f"IJB-C: TAR (%) at FAR {IJB_FAR} on the synthetic IJB-C after round 1 and after the last round. "
-             "Collapse: W's mean pairwise cosine after round 1 and after the last round (1: one point).", "",
-             "| method | seed | accuracy round 1 | accuracy last | change | IJB-C round 1 | IJB-C last | "
-             "cosine round 1 | cosine last | bytes per client and round |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"Verification: mean held-out accuracy (%) over the pair sets, of the pretrained start (tools.evaluate, "
+             f"the same folds) and of Θ after round 1 and after the last round; IJB-C: TAR (%) at FAR {IJB_FAR} on "
+             f"the synthetic IJB-C, likewise. Collapse: W's mean pairwise cosine after round 1 and after the last "
+             f"round (1: one point). The pretrained start: accuracy {100 * start['accuracy']:.2f}, IJB-C "
+             f"{100 * start['ijb']:.2f}.", "",
+             "| method | seed | accuracy round 1 | accuracy last | last − start | IJB-C round 1 | IJB-C last | "
+             "last − start | cosine round 1 | cosine last | bytes per client and round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, seed), r in results.items():
         lines.append(f"| {METHODS[name][0]} | {seed} | {100 * r['first']:.2f} | {100 * r['last']:.2f} | "
-                     f"{100 * (r['last'] - r['first']):+.2f} | {100 * r['ijb_first']:.2f} | "
-                     f"{100 * r['ijb_last']:.2f} | {r['cosine'][0]:.3f} | {r['cosine'][-1]:.3f} | "
-                     f"{r['bytes_per_client']:,.0f} |")
+                     f"{100 * (r['last'] - start['accuracy']):+.2f} | {100 * r['ijb_first']:.2f} | "
+                     f"{100 * r['ijb_last']:.2f} | {100 * (r['ijb_last'] - start['ijb']):+.2f} | "
+                     f"{r['cosine'][0]:.3f} | {r['cosine'][-1]:.3f} | {r['bytes_per_client']:,.0f} |")
     lines += ["", "Collapse curves (mean pairwise cosine per round):", ""]
     lines += [f"- {METHODS[n][0]}, seed {seed}: " + " ".join(f"{c:.3f}" for c in r["cosine"])
               for (n, seed), r in results.items()]
-    lines += ["", "PrivacyFace on albums: not run (the cross-device setting refuses a summary part: its DP "
-              "clustering on the device and the relay to the next cohort are not built)."]
     return "\n".join(lines) + "\n"
 
 
@@ -139,9 +176,11 @@ def main(argv=None) -> int:
     folder, s = Path(args.folder), SCALES[args.scale]
     start = pretrain(folder, s, args.lock)
     results = {(name, seed): summary(device_run(folder, s, start, name, seed, args.lock))
-               for seed in SEEDS for name in METHODS}
-    (folder / "report.md").write_text(report(results, s))
-    (folder / "results.json").write_text(json.dumps({f"{n}/{seed}": r for (n, seed), r in results.items()}))
+               for seed in s["seeds"] for name in METHODS}
+    start_numbers = start_summary(folder, start)
+    (folder / "report.md").write_text(report(results, start_numbers, s))
+    (folder / "results.json").write_text(json.dumps({"start": start_numbers,
+                                                     **{f"{n}/{seed}": r for (n, seed), r in results.items()}}))
     print((folder / "report.md").read_text())
     return 0
 

@@ -10,6 +10,9 @@ from fedmpi.config.rules import algorithm_class
 from fedmpi.config.sections import fv_runs
 
 
+BATCH_NORM_MODES = ("frozen", "batch")     # clients.batch_norm (models/frozen_batch_norm.py)
+
+
 def clients_per_round(population: int, fraction: float) -> int:
     """max(floor(C M), 1) (Hsu et al., Algorithm 1)."""
     return max(int(np.floor(fraction * population + 1e-9)), 1)
@@ -35,6 +38,9 @@ class ClientsConfig:
     faces: DataSpec = field(default_factory=lambda: DataSpec(identities=500, images_per_identity=10))
     identities_per_client: int = 1
     positive_margin: float = 0.9     # ν_pos of the positive-only loss (max(0, ν_pos − ŵ_c·f̂(x)))² (spec §2.3)
+    # frozen: a face client's BatchNorm layers normalise by Θ's running statistics (one identity's batch statistics
+    # would subtract what its images share, models/frozen_batch_norm.py); batch: by each batch's own
+    batch_norm: str = "frozen"
     path: str = ""
     train_images: int = 50000        # synthetic only
     test_images: int = 10000         # synthetic only
@@ -106,6 +112,8 @@ class ClientsConfig:
         if self.faces.kind == "synthetic" and self.population * self.identities_per_client > self.faces.identities:
             fail("clients.population", f"{self.population} clients x {self.identities_per_client} identities "
                                        f"exceed the {self.faces.identities} identities of clients.faces")
+        if self.batch_norm not in BATCH_NORM_MODES:
+            fail("clients.batch_norm", f"must be one of {', '.join(BATCH_NORM_MODES)}, got {self.batch_norm!r}")
         if self.cohort == "vectorised":
             fail("clients.cohort", "vectorised: the face clients' IResNet keeps BatchNorm statistics, which each "
                                    "client updates in place; use clients.cohort=sequential")

@@ -31,8 +31,10 @@ class AlbumRows(OwnClassRows):
     """OwnClassRows whose loss is spec §3.4's over the client's rows and `pool`'s clusters of the other clients,
     and which releases the client's DPLC clusters after its local steps (`released`, in the order trained)."""
 
-    def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool):
-        super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size)   # no ℓ_pos: ν unused
+    def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool,
+                 frozen_batch_norm: bool = True):
+        super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size,    # no ℓ_pos: ν unused
+                         frozen_batch_norm=frozen_batch_norm)
         self.head, self.part, self.pool = head, part, pool
         self.round, self.client, self.cones = 0, -1, None
         self.released: list[torch.Tensor] = []
@@ -81,7 +83,7 @@ class AlbumClusters(KeptRows):
                                 cfg.model.embedding_size, c.population, kit.device, kit.dtype)
         head = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
         super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, head, part,
-                                   self.pool))
+                                   self.pool, c.batch_norm == "frozen"))
         self.side = kit.side
 
     def prepare(self, r: int) -> None:

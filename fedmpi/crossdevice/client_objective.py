@@ -14,6 +14,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from fedmpi.models.frozen_batch_norm import BatchNormMode
 from fedmpi.models.positive_only import positive_loss
 
 
@@ -34,8 +35,10 @@ class ImageClasses:
 
 
 class OwnClassRows:
-    def __init__(self, model: torch.nn.Module, data, embedding_size: int, nu: float, batch_size: int):
+    def __init__(self, model: torch.nn.Module, data, embedding_size: int, nu: float, batch_size: int,
+                 frozen_batch_norm: bool = True):
         self.start = copy.deepcopy(model).eval()       # the pretrained model, for w_c's first value
+        self.batch_norm = BatchNormMode(model, frozen_batch_norm)
         for p in self.start.parameters():
             p.requires_grad_(False)
         self.data, self.d, self.nu, self.batch_size = data, embedding_size, nu, batch_size
@@ -43,6 +46,7 @@ class OwnClassRows:
         self.w: torch.Tensor | None = None
 
     def begin(self, k: int, rows: torch.Tensor) -> None:
+        self.batch_norm.apply()
         w = rows.view(self.data.per_client, self.d)
         if not w.any():
             w = self.first_rows(k, w)
@@ -74,4 +78,5 @@ def client_objective(cfg, model: torch.nn.Module, data):
     """The clients' objective of a run (before the run's first step: `model` holds the starting model)."""
     if not cfg.clients.face_clients:
         return ImageClasses()
-    return OwnClassRows(model, data, cfg.model.embedding_size, cfg.clients.positive_margin, cfg.optim.batch_size)
+    return OwnClassRows(model, data, cfg.model.embedding_size, cfg.clients.positive_margin, cfg.optim.batch_size,
+                        cfg.clients.batch_norm == "frozen")

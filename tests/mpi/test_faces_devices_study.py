@@ -1,11 +1,12 @@
 """`make faces-devices-cpu`'s study at its tiny scale (jobs/faces_devices_study.py): the public pretraining is
-exported and read by every device run as model.init; the report has a row per method and seed with the
-verification, the collapse and the bytes per client, and the collapse curves."""
+exported and read by every device run as model.init (PrivacyFace's albums included); the start itself is evaluated
+on the runs' folds and IJB-C; the report has a row per method and seed with the verification, the collapse and the
+bytes per client, and the collapse curves."""
 from __future__ import annotations
 
 import json
 
-from jobs.faces_devices_study import METHODS, SEEDS, main
+from jobs.faces_devices_study import METHODS, SCALES, main
 
 
 def test_the_study_runs_from_one_command_at_its_tiny_scale(tmp_path):
@@ -13,8 +14,12 @@ def test_the_study_runs_from_one_command_at_its_tiny_scale(tmp_path):
     assert (tmp_path / "start" / "init.pth").is_file()
     report = (tmp_path / "report.md").read_text()
     rows = [line for line in report.splitlines() if line.startswith("| ") and "seed" not in line]
-    assert len(rows) == len(METHODS) * len(SEEDS) and "PrivacyFace on albums: not run" in report
+    assert len(rows) == len(METHODS) * len(SCALES["tiny"]["seeds"])
+    assert {row.split(" | ")[0][2:] for row in rows} == {label for label, _, _ in METHODS.values()}
     results = json.loads((tmp_path / "results.json").read_text())
+    start = results.pop("start")
+    assert 0 < start["accuracy"] <= 1 and 0 <= start["ijb"] <= 1
+    assert f"accuracy {100 * start['accuracy']:.2f}" in report
     assert all(len(r["cosine"]) == 2 and r["bytes_per_client"] > 128 * 4 * 2 for r in results.values())
     # the same start, data and sampling: the two methods' first clients trained alike, so round 1's Θ agrees
     assert results["fedavg/0"]["first"] == results["fedaws/0"]["first"]

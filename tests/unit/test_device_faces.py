@@ -107,6 +107,8 @@ def test_each_client_holds_its_identities_images():
     (["clients.population=4", "fed.algorithm=fedgc", "fed.dp.enabled=true"],
      "fed.dp.enabled: fedgc uploads every party's class embeddings W_k, which DP-FedAvg neither clips nor noises"),
     (["clients.population=4", "fv.enabled=true"], "fv.enabled: FV weights silo parties"),
+    (["clients.population=4", "clients.batch_norm=running"],
+     "clients.batch_norm: must be one of frozen, batch, got 'running'"),
     (["clients.population=4", "parties.ms1m.attack.short_rows=1"],
      "parties.ms1m.attack.short_rows: only a party of the federated (or solo) layout uploads"),
 ])
