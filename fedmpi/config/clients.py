@@ -58,8 +58,9 @@ class ClientsConfig:
         return self.population > 0 and self.dataset == "faces"
 
     def vectorised(self, cfg, device_type: str) -> bool:
-        """Whether a trainer rank trains its clients of equal size as one batch on `device_type` (never an
-        IResNet: its BatchNorm statistics are updated in place by every client's forward, crossdevice/cohort.py)."""
+        """Whether a trainer rank trains its clients of equal size as one batch on `device_type` (never the face
+        clients: the stacked cohort carries no model buffers, BatchNorm's statistics, nor a client's own rows w_c,
+        crossdevice/cohort.py)."""
         if self.face_clients:
             return False
         if self.cohort == "auto":
@@ -115,8 +116,10 @@ class ClientsConfig:
         if self.batch_norm not in BATCH_NORM_MODES:
             fail("clients.batch_norm", f"must be one of {', '.join(BATCH_NORM_MODES)}, got {self.batch_norm!r}")
         if self.cohort == "vectorised":
-            fail("clients.cohort", "vectorised: the face clients' IResNet keeps BatchNorm statistics, which each "
-                                   "client updates in place; use clients.cohort=sequential")
+            fail("clients.cohort", "vectorised: the face clients' IResNet keeps BatchNorm statistics (updated in "
+                                   "place by each client with clients.batch_norm=batch, read from Θ when frozen) and "
+                                   "each client its own rows w_c, which the stacked cohort does not carry; use "
+                                   "clients.cohort=sequential")
         if cfg.fed.setting == "centralized":
             fail("fed.setting", "centralized: one client holding every face has every class embedding; the face "
                                 "clients (clients.dataset=faces) run federated")
