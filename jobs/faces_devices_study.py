@@ -14,6 +14,7 @@ the start itself is evaluated on the same folds and IJB-C by tools.evaluate. The
 runs. With --lock FILE each run holds FILE only while it runs.
 
     python -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu [--scale cpu|tiny] [--lock FILE]
+    python -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu --report-only OUT
 """
 from __future__ import annotations
 
@@ -101,9 +102,13 @@ def pretrain(folder: Path, s: dict, lock: str | None) -> Path:
     return start
 
 
+def run_log(folder: Path, name: str, seed: int) -> Path:
+    return folder / "runs" / f"{name}-seed{seed}" / "log.h5"
+
+
 def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: str | None) -> Path:
     run = f"{name}-seed{seed}"
-    if not (folder / "runs" / run / "log.h5").is_file():
+    if not run_log(folder, name, seed).is_file():
         M, album = s["clients"], METHODS[name][2]
         launch(3, ["--config", "configs/faces_devices.yaml", *MODEL, f"model.init={start}",
                    f"clients.population={M // album}", f"clients.faces.identities={M}",
@@ -113,18 +118,25 @@ def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: s
                    f"clients.sampler_seed={seed}",
                    f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}",
                    *METHODS[name][1]], lock, run)     # the method's overrides last: they win
-    return folder / "runs" / run / "log.h5"
+    return run_log(folder, name, seed)
 
 
-def start_summary(folder: Path, start: Path) -> dict:
-    """The start itself on the runs' held-out folds and synthetic IJB-C (written under data/ by the first run),
-    by tools.evaluate: the runs' round-1 numbers are already one round of training away from it."""
+def evaluate_start(folder: Path, start: Path) -> Path:
+    """The start itself on the runs' held-out folds and synthetic IJB-C (written under data/ by the first run), by
+    tools.evaluate into start/eval (kept: the report is rewritten from it): the runs' round-1 numbers are already one
+    round of training away from the start."""
     data, out = folder / "data", folder / "start" / "eval"
-    pairs = sorted(next(data.glob("val-*")).glob("*.bin"))
-    ijb = next(data.glob(f"{IJB}-*")) / IJB_FOLDERS[IJB]
-    subprocess.run([sys.executable, "-m", "tools.evaluate", str(start), "--pairs", *map(str, pairs), "--folds",
-                    "held-out", "--fv-folds", "first", f"--{IJB}", str(ijb), "--out", str(out)],
-                   check=True, capture_output=True)
+    if not (out / f"{IJB}.h5").is_file():
+        pairs = sorted(next(data.glob("val-*")).glob("*.bin"))
+        ijb = next(data.glob(f"{IJB}-*")) / IJB_FOLDERS[IJB]
+        subprocess.run([sys.executable, "-m", "tools.evaluate", str(start), "--pairs", *map(str, pairs), "--folds",
+                        "held-out", "--fv-folds", "first", f"--{IJB}", str(ijb), "--out", str(out)],
+                       check=True, capture_output=True)
+    return out
+
+
+def start_summary(out: Path) -> dict:
+    """The start's mean held-out accuracy and IJB-C TAR from tools.evaluate's files in `out`."""
     sets = json.loads((out / "pairs.json").read_text())["sets"]
     with h5py.File(out / f"{IJB}.h5", "r") as f:
         tar = json.loads(f.attrs["metrics"])[f"tar_far_{IJB_FAR}"]
@@ -172,12 +184,23 @@ def main(argv=None) -> int:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--lock", default=None, help="a file each run holds (flock) only while it runs")
+    parser.add_argument("--report-only", metavar="OUT", default=None,
+                        help="write OUT/report.md from the folder's logs and start/eval alone (nothing runs)")
     args = parser.parse_args(argv)
     folder, s = Path(args.folder), SCALES[args.scale]
+    names = [(name, seed) for seed in s["seeds"] for name in METHODS]
+    if args.report_only:
+        missing = [f"{n}-seed{seed}" for n, seed in names if not run_log(folder, n, seed).is_file()]
+        if missing or not (folder / "start" / "eval" / f"{IJB}.h5").is_file():
+            sys.exit(f"--report-only: {folder} lacks {', '.join(missing) or 'start/eval'}: run the study first")
+        out = Path(args.report_only)
+        out.mkdir(parents=True, exist_ok=True)
+        results = {(n, seed): summary(run_log(folder, n, seed)) for n, seed in names}
+        (out / "report.md").write_text(report(results, start_summary(folder / "start" / "eval"), s))
+        return 0
     start = pretrain(folder, s, args.lock)
-    results = {(name, seed): summary(device_run(folder, s, start, name, seed, args.lock))
-               for seed in s["seeds"] for name in METHODS}
-    start_numbers = start_summary(folder, start)
+    results = {(name, seed): summary(device_run(folder, s, start, name, seed, args.lock)) for name, seed in names}
+    start_numbers = start_summary(evaluate_start(folder, start))
     (folder / "report.md").write_text(report(results, start_numbers, s))
     (folder / "results.json").write_text(json.dumps({"start": start_numbers,
                                                      **{f"{n}/{seed}": r for (n, seed), r in results.items()}}))
