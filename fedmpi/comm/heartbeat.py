@@ -46,8 +46,12 @@ def start(host: str, port: int, rank: int, world: int) -> None:
 
 
 def stop() -> None:
-    if _STATE["thread"] is not None:
+    """End the beats and wait for the thread: a beat in flight when rank 0's store goes away returns (or fails) inside
+    torch, and a daemon thread that does so while the interpreter finalises aborts the process (signal 6)."""
+    thread = _STATE["thread"]
+    if thread is not None:
         _STATE["stop"].set()
+        thread.join(STORE_TIMEOUT_S + BEAT_S)
         _STATE["thread"] = None
 
 
