@@ -14,7 +14,6 @@ which kind it holds:
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from fedmpi.comm import p2p
 from fedmpi.config.clients import clients_per_round
@@ -94,8 +93,7 @@ class AlbumClusters(KeptRows):
             p2p.send(release, dst=SERVER, group=self.side.group, tag=TAG_CLUSTERS)
 
     def download(self) -> None:
-        dist.broadcast(self.pool.clusters, src=SERVER, group=self.side.group)
-        dist.broadcast(self.pool.owners, src=SERVER, group=self.side.group)
+        self.pool.broadcast(self.side.group)
 
     def state(self) -> dict:
         return {"classes": {"clusters": self.pool.clusters, "owners": self.pool.owners}}

@@ -8,7 +8,9 @@ rank's received copy with its trainer part."""
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
+from fedmpi.layout import SERVER
 from fedmpi.models.cone_negatives import valid_cones
 
 
@@ -34,6 +36,11 @@ class ClusterPool:
     def negatives_for(self, k: int) -> torch.Tensor | None:
         """The valid clusters of every client but k (spec §3.6: a client does not use its own), or None."""
         return valid_cones(self.clusters[self.owners != k])
+
+    def broadcast(self, group) -> None:
+        """The server's pool to every trainer rank's copy (both sides call it: the same two broadcasts in order)."""
+        dist.broadcast(self.clusters, src=SERVER, group=group)
+        dist.broadcast(self.owners, src=SERVER, group=group)
 
     def valid(self) -> int:
         return int((self.clusters[:, -1] > 0).sum())

@@ -9,7 +9,6 @@ every trainer rank: the next cohort's negatives. The server reads no class embed
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from fedmpi.aggregation.class_payload_check import out_of_range
 from fedmpi.comm import p2p
@@ -17,7 +16,6 @@ from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
 from fedmpi.crossdevice.cluster_pool import ClusterPool
 from fedmpi.crossdevice.sampler import assign_to_ranks
-from fedmpi.layout import SERVER
 
 
 class ClusterRelay:
@@ -85,9 +83,7 @@ class ClusterRelay:
         released = int((self.received[:, :, -1] > 0).sum())
         self.pool.put(r, self.order, self.received)
         state["releases"].fill_(int(self.pool.releases.max()))
-        group = self.exchange.group
-        dist.broadcast(self.pool.clusters, src=SERVER, group=group)
-        dist.broadcast(self.pool.owners, src=SERVER, group=group)
+        self.pool.broadcast(self.exchange.group)
         self.diagnostics.step(r, lr, state, excluded)
         item = self.pool.clusters.element_size()
         width = self.pool.Q * (self.d + 2)
