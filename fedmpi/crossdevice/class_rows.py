@@ -3,7 +3,7 @@ in the cross-device setting. The rows travel with the clients' states (crossdevi
 rank that trains c, back up after its round) into the store's table W [M, n·d] (crossdevice/client_state.py), so
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each identity one party,
-identity_bounds; the round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only
+IdentityBounds; the round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only
 those) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP
 clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
 how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse; from Σ ŵ, which a round updates
@@ -57,7 +57,7 @@ class DeviceRows(NoClasses):
         self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
-            bounds = identity_bounds(W.shape[0])
+            bounds = IdentityBounds(W.shape[0])
             anchors = self.anchors(seen, per)
             before = W[anchors].clone()
             row = self.part.step_round(W, bounds, anchors, lr, r, state)
@@ -84,29 +84,24 @@ class DeviceRows(NoClasses):
         return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
 
 
-class ClientBounds(Sequence):
-    """Each of `clients` clients' [start, end) rows of W, `per` rows a client, made on use: the parts that read them
-    (FedGC's correction) walk them all, the round-form step none (a list of M tuples costs 20 ms a round at 85,742)."""
+class IdentityBounds(Sequence):
+    """Every identity its own party in the part's step, [i, i + 1) for each of W's `rows` rows, made on use: a face
+    client's positive-only loss pulls its images towards each of its own rows and pushes no row away from another,
+    not even two of one album, so every other row is a negative of each (FedGC's Reg, spec §1.4: the softmax terms
+    the clients' losses miss; with one identity a client, each client is one party). Made on use because FedGC's
+    correction walks them all and the round-form spreadout none (a list of M tuples costs 20 ms a round at 85,742)."""
 
-    def __init__(self, clients: int, per: int):
-        self.clients, self.per = clients, per
+    def __init__(self, rows: int):
+        self.rows = rows
 
     def __len__(self) -> int:
-        return self.clients
+        return self.rows
 
     def __getitem__(self, i: int) -> tuple[int, int]:
-        if not -self.clients <= i < self.clients:
+        if not -self.rows <= i < self.rows:
             raise IndexError(i)
-        i %= self.clients
-        return i * self.per, (i + 1) * self.per
-
-
-def identity_bounds(rows: int) -> ClientBounds:
-    """Every identity its own party in the part's step: a face client's positive-only loss pulls its images towards
-    each of its own rows and pushes no row away from another, not even two of one album, so every other row is a
-    negative of each (FedGC's Reg, spec §1.4: the softmax terms the clients' losses miss; with one identity a
-    client, each client is one party)."""
-    return ClientBounds(rows, 1)
+        i %= self.rows
+        return i, i + 1
 
 
 def columns(part_class) -> dict:

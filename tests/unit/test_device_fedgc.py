@@ -1,5 +1,5 @@
 """FedGC across devices (crossdevice/class_rows.py): a face client's positive-only loss pushes none of its rows away
-from another, so the server's correction takes every identity as its own party (identity_bounds). Its step on the
+from another, so the server's correction takes every identity as its own party (IdentityBounds). Its step on the
 store's rows equals, in float64, Reg's gradient step written from the spec (fr_baselines_spec §1.5; one plain step
 W ← W − λη ∂Reg/∂W through the tangent projection), for one identity a client and for albums of two, where the
 two rows of one client are each other's negatives too; the clients not yet seen are neither moved nor negatives."""
