@@ -12,6 +12,7 @@ import torch
 
 from fedmpi.aggregation.class_payload_check import out_of_range
 from fedmpi.comm import p2p
+from fedmpi.comm.message_end import mark_end, reached_end
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
 from fedmpi.crossdevice.cluster_pool import ClusterPool
@@ -45,6 +46,7 @@ class ClusterRelay:
         works, i = [], 0
         for rank, ks in zip(ex.trainers, assignment):
             for _ in ks:
+                mark_end(self.received[i])       # a release shorter than [Q, d + 2] leaves the mark (left_out)
                 works.append(p2p.irecv(self.received[i], src=rank, group=ex.group, tag=TAG_CLUSTERS))
                 i += 1
         self._work = [ReceivesInBackground(works)] if self._background and works else works
@@ -58,8 +60,16 @@ class ClusterRelay:
         self._work = []
 
     def left_out(self, r: int, excluded) -> int:
-        """Zero the released clusters that are not finite or out of range among the round's (one line each), and
-        those of a client whose upload the server's check left out; returns how many were left out."""
+        """Zero the releases that did not fill their [Q, d + 2] (comm/message_end.py), the released clusters that are
+        not finite or out of range among the round's (one line each), and those of a client whose upload the
+        server's check left out; returns how many clusters were left out."""
+        short = 0
+        for k, release in zip(self.order, self.received):
+            if not reached_end(release):
+                print(f"round {r + 1}: the release of client {k} is wrongly shaped (shorter than its "
+                      f"{' x '.join(map(str, release.shape))} values): left out of the relay", flush=True)
+                release.zero_()
+                short += self.pool.Q
         rows = self.received.view(-1, self.d + 2)
         owners = [k for k in self.order for _ in range(self.pool.Q)]
         looked = [i for i in range(rows.shape[0]) if bool(rows[i, -1] != 0) or not bool(torch.isfinite(rows[i]).all())]
@@ -67,7 +77,7 @@ class ClusterRelay:
         clients = self.exchange.clients      # the check's verdicts follow the sampled clients' order
         dropped = (set(clients[excluded].tolist()) if excluded is not None and len(excluded) == len(clients)
                    else set())
-        count = 0
+        count = short
         for i in looked:
             if why[i]:
                 print(f"round {r + 1}: a cluster released by client {owners[i]} is {why[i]}: left out of the relay",

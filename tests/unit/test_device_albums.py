@@ -144,8 +144,8 @@ def test_the_pool_keeps_the_last_rounds_releases_and_counts_each_clients():
 
 
 def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
-    """Clients 3 and 7 send clusters scaled by 10^30 and NaN: named, zeroed (not relayed); an honest client's
-    cluster and a client that released nothing are kept as they are."""
+    """Clients 3 and 7 send clusters scaled by 10^30 and NaN, client 5 a release too short: named, zeroed (not
+    relayed); an honest client's cluster and a client that released nothing are kept as they are."""
     from fedmpi.crossdevice.cluster_relay import ClusterRelay
 
     d = 3
@@ -168,6 +168,16 @@ def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
     # a client whose backbone upload the server's check left out: its cluster is not relayed either
     relay.received[1, 0] = honest
     assert relay.left_out(4, np.array([False, True, False, False])) == 1 and not relay.received[1].any()
+    # a release shorter than [Q, d + 2]: the end's mark set before the receive is still there
+    from fedmpi.comm.message_end import mark_end
+
+    mark_end(relay.received[2])
+    relay.received[2, 0, :3] = honest_too[:3]
+    assert relay.left_out(4, None) == 1 and not relay.received[2].any()
+    out = capsys.readouterr().out
+    assert "round 5: the release of client 5 is wrongly shaped (shorter than its 1 x 5 values): left out of the " \
+           "relay" in out and "cluster released by client 5" not in out
+    assert torch.equal(relay.received[0, 0], honest)
 
 
 @pytest.mark.parametrize("overrides, message", [
