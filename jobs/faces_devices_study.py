@@ -19,11 +19,9 @@ runs. With --lock FILE each run holds FILE only while it runs.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -31,6 +29,7 @@ import numpy as np
 
 from fedmpi.protocols.fixtures import IJB_FOLDERS
 from fedmpi.store.h5log import LogReader
+from jobs.local import LockHolder
 from jobs.mpirun import mpirun
 
 MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", "data.image_size=32",
@@ -66,22 +65,13 @@ METHODS = {    # name: (label, overrides, identities a client)
 }
 
 
-@contextmanager
-def held(lock: str | None):
-    if not lock:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def launch(n: int, args: list[str], lock: str | None, what: str) -> None:
-    with held(lock):
+    holder = LockHolder(lock)       # held for this run only (hold_s 0)
+    holder.acquire()
+    try:
         out = mpirun(n, ["-m", "fedmpi.run", *args], timeout=3600)
+    finally:
+        holder.release()
     if out.returncode != 0:
         sys.exit(f"{what} failed (exit {out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
 
