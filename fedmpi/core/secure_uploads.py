@@ -19,6 +19,13 @@ def encoding(cfg) -> Encoding:
     return Encoding(s.clipping_range, s.quantization_bits, uploads(cfg))
 
 
+def session_line(cfg) -> str | None:
+    """The start-up line naming the session's graph and threshold t (derived unless set), or None."""
+    from fedmpi.config.aggregation import uploads
+    s = cfg.fed.secure_aggregation
+    return s.describe(uploads(cfg)) if s.enabled else None
+
+
 def deltas(up: torch.Tensor, down: torch.Tensor, backbone: int) -> np.ndarray:
     """u − ref as float64 on the host: θ − Θ over the backbone, the up payloads as they are."""
     x = up.detach().to("cpu", torch.float64).numpy().copy()

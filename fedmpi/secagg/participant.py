@@ -66,6 +66,9 @@ class Participant:
     def masked_input(self, received: dict[int, bytes], x: np.ndarray, in_place: bool = False) -> np.ndarray:
         """received: the sealed boxes its neighbours sent it (v -> box). x: its encoded vector."""
         self._enter("masked_input")
+        if len(received) + 1 < self.threshold:     # no t holders: its masks could not be removed (the server's check)
+            raise ProtocolError(f"participant {self.uid}: {len(received) + 1} holders of its shares, fewer than the "
+                                f"threshold {self.threshold}: it leaves the round")
         width = shares.SHARE_BYTES
         for v, box in received.items():
             if v not in self._peers or v == self.uid:

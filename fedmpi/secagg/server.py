@@ -57,11 +57,18 @@ class Session:
                 raise ProtocolError(f"participant {u}: shares from or to a participant outside its advertised "
                                     f"neighbours")
         self.u2 = set(sent)
+        self._enough(self.u2, "share keys")
+        mixed = {v: {u for u in self.u2 if v in sent[u][0]} for v in self.u2}     # V_v, who holds v's shares
+        # v's shares held by fewer than t (V_v and v itself) can rebuild neither its self-mask seed nor its mask
+        # key: it leaves the round here, as a dropout of this stage, and no one masks with it (Bell et al. 2020,
+        # as Flower's SecAgg+ client aborts); its leaving thins its neighbours' V, so until none is left short
+        while short := {v for v in self.u2 if len(mixed[v] & self.u2) + 1 < self.threshold}:
+            self.u2 -= short
         for u in self.u1 - self.u2:
             self.dropped_at[u] = "share keys"
-        self._enough(self.u2, "share keys")
-        self.commitments = {u: c for u, (_, c) in sent.items()}
-        self.mixed = {v: sorted(u for u in self.u2 if v in sent[u][0]) for v in self.u2}   # V_v
+        self._enough(self.u2, "share keys with t holders of their shares")
+        self.commitments = {u: sent[u][1] for u in self.u2}
+        self.mixed = {v: sorted(mixed[v] & self.u2) for v in self.u2}
         self.u3: set[int] = set()
         self.sum = np.zeros(self.length, dtype=np.uint32 if self.bits <= 32 else np.uint64)
         self._open = True
