@@ -28,16 +28,19 @@ def set_threads(count: int) -> None:
     _threads = count
 
 
-def over_pieces(size: int, work: Callable[[int, int], None]) -> None:
-    """work(start, stop) for consecutive pieces [start, stop) covering range(size), on the pool's threads; the
-    pieces start at multiples of PIECE (a whole number of 64-byte blocks of 4- or 8-byte words)."""
+def over_pieces(size: int, work: Callable, before: Callable | None = None) -> list:
+    """[work(start, stop)] for consecutive pieces [start, stop) covering range(size), on the pool's threads; the
+    pieces start at multiples of PIECE (a whole number of 64-byte blocks of 4- or 8-byte words). With `before`,
+    work(start, stop, before(start, stop)): `before` runs on the calling thread, piece by piece in order (a
+    sequential random stream is read as with one thread) while the pool works on the pieces before."""
     global _pool
-    starts = range(0, size, PIECE)
-    if _threads == 1 or len(starts) == 1:
-        for s in starts:
-            work(s, min(s + PIECE, size))
-        return
+    pieces = [(s, min(s + PIECE, size)) for s in range(0, size, PIECE)]
+
+    def args(a: int, b: int) -> tuple:
+        return (a, b) if before is None else (a, b, before(a, b))
+
+    if _threads == 1 or len(pieces) == 1:
+        return [work(*args(a, b)) for a, b in pieces]
     if _pool is None:
         _pool = ThreadPoolExecutor(_threads, thread_name_prefix="secagg")
-    for done in [_pool.submit(work, s, min(s + PIECE, size)) for s in starts]:
-        done.result()
+    return [done.result() for done in [_pool.submit(work, *args(a, b)) for a, b in pieces]]

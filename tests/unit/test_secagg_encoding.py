@@ -105,6 +105,22 @@ def test_masks_on_the_nodes_cores_are_the_one_keystreams_words(dtype, bits):
         cores.set_threads(len(os.sched_getaffinity(0)))
 
 
+def test_the_encoding_on_the_nodes_cores_reads_the_rounding_stream_in_order():
+    """2.5 pieces encoded and decoded on 1 and on 3 threads: the same words, the same clipped count, the same
+    decoded values (the stochastic rounding's uniforms are drawn piece by piece on the calling thread)."""
+    x = np.random.default_rng(1).standard_normal(2 * cores.PIECE + cores.PIECE // 2 + 3) * 3
+    enc, results = Encoding(8.0, 22, 12), []
+    try:
+        for count in (1, 3):
+            cores.set_threads(count)
+            words = enc.encode(x, 0.7, np.random.default_rng(5))
+            results.append((words, enc.clipped, enc.decode(words, 1)[0]))
+    finally:
+        cores.set_threads(len(os.sched_getaffinity(0)))
+    (w1, c1, d1), (w3, c3, d3) = results
+    assert np.array_equal(w1, w3) and c1 == c3 > 0 and np.array_equal(d1, d3)
+
+
 def test_worked_example_of_three_parties():
     """Spec §7 O7: fixed test keys, R = 2^16, m = 4, + for u < v."""
     sk = {u: keys.private_from(hashlib.sha256(b"fedmpi-secagg-example|s" + str(u).encode()).digest()) for u in (1, 2, 3)}
