@@ -91,11 +91,9 @@ class Session:
         if y.shape != (self.length,) or y.dtype != self.sum.dtype:
             raise ProtocolError(f"participant {u}: masked vector of {y.size} {y.dtype} entries, expected "
                                 f"{self.length} {self.sum.dtype}")
-        if self.bits < 8 * y.itemsize:
-            over = []
-            over_pieces(y.size, lambda a, b: over.append(bool(np.any(y[a:b] >> y.dtype.type(self.bits)))))
-            if any(over):
-                raise ProtocolError(f"participant {u}: masked vector has entries >= 2^{self.bits}, the modulus")
+        top = y.dtype.type(self.bits)
+        if self.bits < 8 * y.itemsize and any(over_pieces(y.size, lambda a, b: np.any(y[a:b] >> top))):
+            raise ProtocolError(f"participant {u}: masked vector has entries >= 2^{self.bits}, the modulus")
         # wraps mod 2^32 / 2^64, which 2^bits divides
         over_pieces(y.size, lambda a, b: np.add(self.sum[a:b], y[a:b], out=self.sum[a:b]))
         self.u3.update(members)
