@@ -1,6 +1,6 @@
 """Benchmark: secure aggregation's cost per round (fedmpi/secagg) at the paper's layouts and a Hsu cohort.
 
-    python -m bench.secagg [--layouts ir50x3 ir50x12 hsu100] [--repeats 3] [--round-seconds S]
+    python -m bench.secagg [--layouts ir50x3 ir50x12 hsu100] [--repeats 3] [--round-seconds S] [--threads N]
 
 Layouts: ir50x3 / ir50x12, 3 or 12 parties uploading IR-50's flat state (112 px, d 512; SecAgg, every party
 masks with every other, t = floor(P/2) + 1); hsu100, 100 virtual clients of the CIFAR CNN (SecAgg+, k = 12,
@@ -10,7 +10,9 @@ routing) is a per-round cost. Per participant (on its own rank in a run): encodi
 stochastic rounding) and masking (the boxes opened, its self mask and one mask per neighbour); the server:
 summing the masked vectors and unmasking (reconstructions and removing every self mask). Bytes up: what one
 participant sends in a round (keys, boxes, commitment, masked vector, unmask shares) over the plain float32
-upload. Best of --repeats (the machine is shared); prints figures, asserts only that the sum is exact.
+upload. Masking, summing and unmasking run on --threads threads (default: every core the process may use;
+fedmpi/secagg/cores.py). Best of --repeats (the machine is shared); prints figures, asserts only that the sum
+is exact.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 
 from bench.aggregate import backbone_numel
-from fedmpi.secagg import shares
+from fedmpi.secagg import cores, shares
 from fedmpi.secagg.encoding import Encoding
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.server import Session
@@ -87,8 +89,12 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--round-seconds", type=float, default=None,
                     help="a silo round's time to print the fraction against (participant + server)")
+    ap.add_argument("--threads", type=int, default=cores.threads(),
+                    help="threads for masking, summing and unmasking (default: the cores this process may use)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    cores.set_threads(args.threads)
+    print(f"threads: {args.threads}")
     table = layouts()
     print("layout   | n   | entries    | keys (s) | encode / participant | mask / participant | server sum + unmask "
           "| bytes up / plain")

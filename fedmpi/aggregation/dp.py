@@ -53,7 +53,8 @@ class GaussianMechanism(Aggregator):
                  clip_at_server: bool = True, noised_by_participants: bool = False):
         """noised_by_participants: distributed DP under secure aggregation (fedmpi/core/secure_uploads.py, dp_share):
         every participant clipped its update and added its share of the noise before masking, so the combination
-        carries the noise already; here only the report and the clamp."""
+        carries the noise already; here only the clamp, and the report of the noise the exchange decoded
+        (`uploads.noise_std`: it depends on how many shares survived)."""
         super().__init__(options)
         self.inner, self.count, self.nonnegative = inner, count, tuple(nonnegative)
         self.clip_at_server, self.noised_by_participants = clip_at_server, noised_by_participants
@@ -74,9 +75,12 @@ class GaussianMechanism(Aggregator):
     def __call__(self, uploads, w, out: torch.Tensor) -> torch.Tensor:
         norms = self.clip_rows(uploads.rows) if self.clip_at_server else None
         self.inner(uploads, w, out)
-        # the sensitivity of the combination to one upload: C max_i w_i, or C / m for m clients counted once
-        share = float(w.max()) if w is not None else 1.0 / self.count
-        self.add_noise(out, self.z * self.clip * share, 0.0 if self.noised_by_participants else 1.0)
+        if self.noised_by_participants:         # the participants added it: the exchange knows how much survived
+            self.add_noise(out, uploads.noise_std, here=0.0)
+        else:
+            # the sensitivity of the combination to one upload: C max_i w_i, or C / m for m clients counted once
+            share = float(w.max()) if w is not None else 1.0 / self.count
+            self.add_noise(out, self.z * self.clip * share)
         if self.options.adaptive:
             self.adapt(norms)
         return out

@@ -20,7 +20,7 @@ class SecureAggregationConfig:
     clipping_range: float = 8.0      # c: each entry of a party's weighted update is clipped to [-c, c]
     quantization_bits: int = 22      # T = 2^bits levels over [-c, c] (step 2c/T); the modulus bits are derived
     neighbours: int = 0              # secagg+: k, even (0: every other party, as secagg)
-    threshold: int = 0               # t of the Shamir shares (0: floor(n/2) + 1)
+    threshold: int = 0               # t of the Shamir shares (0: a majority of the k + 1 holders, floor((k+1)/2) + 1)
     seed: int = 0                    # the stochastic rounding's generator (not a secret; keys use OS entropy)
 
     @property
@@ -43,16 +43,29 @@ class SecureAggregationConfig:
         degree = self.degree(n)
         if degree is not None and (degree < 2 or degree % 2):
             fail(f"{KEY}.neighbours", f"must be even and at least 2 (a k-regular ring), got {self.neighbours}")
-        if not 2 <= self.threshold_for(n) <= (degree or n - 1) + 1:
-            fail(f"{KEY}.threshold", f"must lie in [2, {(degree or n - 1) + 1}] (a participant's neighbours and "
-                                     f"itself hold its shares), got {self.threshold}")
+        holders = (degree or n - 1) + 1
+        if not 2 <= self.threshold_for(n) <= holders:
+            fail(f"{KEY}.threshold", f"must lie in [2, {holders}] (a participant's {holders - 1} neighbours and "
+                                     f"itself hold its shares), got {self.threshold_for(n)}; or 0 for the "
+                                     f"default {self.default_threshold(n)}")
 
     def degree(self, n: int) -> int | None:
         """SecAgg+'s k, or None where every party masks with every other."""
         return self.neighbours if self.mode == "secagg+" and 0 < self.neighbours < n - 1 else None
 
+    def default_threshold(self, n: int) -> int:
+        from fedmpi.secagg.graph import default_threshold
+        return default_threshold((self.degree(n) or n - 1) + 1)
+
     def threshold_for(self, n: int) -> int:
-        return self.threshold or max(n // 2 + 1, 2)
+        return self.threshold or self.default_threshold(n)
+
+    def describe(self, n: int) -> str:
+        """The start-up line's words for the session of n participants."""
+        k = self.degree(n)
+        graph = f"{k} neighbours each" if k else "every participant with every other"
+        return (f"secure aggregation: {self.mode}, {n} participants a round, {graph}, threshold t = "
+                f"{self.threshold_for(n)} of the {(k or n - 1) + 1} holders of each participant's shares")
 
 
 def refusal(cfg) -> str:

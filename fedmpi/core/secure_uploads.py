@@ -19,6 +19,13 @@ def encoding(cfg) -> Encoding:
     return Encoding(s.clipping_range, s.quantization_bits, uploads(cfg))
 
 
+def session_line(cfg) -> str | None:
+    """The start-up line naming the session's graph and threshold t (derived unless set), or None."""
+    from fedmpi.config.aggregation import uploads
+    s = cfg.fed.secure_aggregation
+    return s.describe(uploads(cfg)) if s.enabled else None
+
+
 def deltas(up: torch.Tensor, down: torch.Tensor, backbone: int) -> np.ndarray:
     """u − ref as float64 on the host: θ − Θ over the backbone, the up payloads as they are."""
     x = up.detach().to("cpu", torch.float64).numpy().copy()
@@ -40,11 +47,11 @@ def mean_into(out: torch.Tensor, theta: torch.Tensor, mean: np.ndarray | None) -
 
 
 def dp_noise_std(cfg) -> float | None:
-    """With fed.dp, the standard deviation of each participant's noise share: z C / sqrt(n), n = the participants
-    a sum is guaranteed to hold (the parties; across devices the threshold t, since fewer shares survive a
-    round with dropouts). The sum of n' >= n shares is N(0, (n'/n) z² C²): at least the noise DP-FedAvg adds on
-    the server, so its accountant's ε holds (while every participant adds its share: c colluders who know theirs
-    leave (n' − c)/n of it)."""
+    """With fed.dp, the standard deviation of each participant's noise share: σ_s = z C / sqrt(n), n = the
+    participants a sum is guaranteed to hold (the P parties; across devices the threshold t, since fewer shares
+    survive a round with dropouts). n' >= n shares sum to N(0, n' σ_s² I): at least the z² C² DP-FedAvg adds to
+    the sum on the server, so its accountant's ε holds (while every participant adds its share: c colluders who
+    know theirs leave (n' − c)/n of it)."""
     dp = cfg.fed.dp
     if not dp.enabled:
         return None
@@ -52,6 +59,22 @@ def dp_noise_std(cfg) -> float | None:
     n = uploads(cfg)
     guaranteed = cfg.fed.secure_aggregation.threshold_for(n) if cfg.cross_device else n
     return dp.noise_multiplier * dp.clip / math.sqrt(guaranteed)
+
+
+def decoded_mean(enc: Encoding, total: np.ndarray, count: int, share_std: float | None
+                 ) -> tuple[np.ndarray, float | None]:
+    """(the mean update, the std per entry of the noise it carries: None without distributed DP) from the
+    unmasked sum of `count` participants' encodings. Without DP: Σ w_q x / Σ w_q over the survivors. With DP
+    every participant weighs 1 and the sum is divided by the m sampled, not by the n' that survived: the
+    fixed-denominator estimator of DP-FedAvg (McMahan et al. 2018, §3, f̃_f with W = qW = m), whose sensitivity
+    to one participant is C / m whatever n'. The noise it carries is then sqrt(n') σ_s / m = sqrt(n' / t) z C / m
+    (σ_s = z C / sqrt(t), dp_noise_std): z C / m, what the accountant assumes, when n' = t survive, and at most
+    sqrt(m / t) times that when all m do."""
+    summed, weight = enc.decode(total, count)
+    if share_std is None:
+        return summed / weight, None
+    m = enc.participants
+    return summed / m, math.sqrt(count) * share_std / m
 
 
 def dp_share(x: np.ndarray, clip: float, std: float) -> np.ndarray:

@@ -2,7 +2,8 @@
 every sampled client is a participant, its trainer rank's messages carry all of its clients' (one per stage and
 rank: crossdevice/secure_clients.py). `post` samples the round and runs the key stages (the clients' keys and
 sealed shares, before they train); `wait` takes each rank's masked partial sum with its members, asks the
-survivors to unmask and decodes Σ w_k (u_k − ref) / Σ w_k, w_k = n_k / the largest n. Clients that miss a stage
+survivors to unmask and decodes Σ w_k (u_k − ref) / Σ w_k, w_k = n_k / the largest n (with fed.dp: Σ (u_k − ref)
+/ m, the fixed denominator, core/secure_uploads.py `decoded_mean`). Clients that miss a stage
 (clients.dropout) are removed with the survivors' shares, and the log's `secagg` table says who missed which
 stage; below the threshold t the round is refused: nothing is unmasked, the global model takes no update
 (its server step sees a zero update), and the log says at which stage."""
@@ -19,7 +20,7 @@ from fedmpi.crossdevice.secure_clients import (TAG_ASK, TAG_KEYS, TAG_MASKED, TA
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.server import Session
 from fedmpi.secagg.simulate import STAGES
-from fedmpi.core.secure_uploads import encoding, mean_into
+from fedmpi.core.secure_uploads import decoded_mean, dp_noise_std, encoding, mean_into
 
 
 def log_table(count: int) -> dict:
@@ -36,6 +37,8 @@ class SecureClientExchange(ClientExchange):
         self._theta = torch.empty(backbone, dtype=torch.float64)
         self._mean: np.ndarray | None = None
         self._sizes_up = up_numel
+        self.share_std = dp_noise_std(cfg)
+        self.noise_std: float | None = None     # with fed.dp: the std per entry of the noise in the round's mean
 
     def _each_rank(self, values: dict | None, tag: int, what: str) -> None:
         for rank, ks in zip(self.trainers, self._assignment):
@@ -50,6 +53,7 @@ class SecureClientExchange(ClientExchange):
     def post(self, r: int) -> None:
         """Sample round r's clients, tell each trainer rank its share, run the key stages."""
         self._r, self._mean, self._refused = r, None, 0
+        self.noise_std = None if self.share_std is None else 0.0      # a refused round adds no noise
         self.clients = self.sampler.sample()
         self._assignment = assign_to_ranks(self.clients, self.sizes, len(self.trainers))
         comm.bcast((r, self._assignment), what=_assignment(r), timeout_s=self.control.timeout_s,
@@ -95,8 +99,8 @@ class SecureClientExchange(ClientExchange):
                            for u, a in part.items()}
                 total = self._stage(4, lambda: self.session.unmask(answers))
                 if total is not None:
-                    summed, weight = self.encoding.decode(total, len(self.session.u3))
-                    self._mean = summed / weight
+                    self._mean, self.noise_std = decoded_mean(self.encoding, total, len(self.session.u3),
+                                                              self.share_std)
         self._log_round()
 
     def _log_round(self) -> None:

@@ -14,6 +14,7 @@ from fedmpi.crossdevice.cluster_relay import what_leaves
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.sampler import ClientSampler
+from fedmpi.core.secure_uploads import session_line
 from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
@@ -78,6 +79,8 @@ class CrossDeviceSetting:
 
 def run_client_server(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
     c, part = cfg.clients, parts.rule.classes
+    if session_line(cfg):
+        print(session_line(cfg), flush=True)
     if c.face_clients and part.leaves and not part.rows_to_server:     # a summary: PrivacyFace on albums
         print(what_leaves(cfg, part), flush=True)
     elif c.face_clients:      # docs/BASELINES.md, "What crosses the network"

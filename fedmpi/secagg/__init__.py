@@ -4,6 +4,7 @@ server learns only the sum of the participants' encoded vectors (docs/BASELINES.
 encoding.py  clip + fixed point, the modulus bits derived so that the true sum never wraps
 keys.py      X25519 key agreement, HKDF-SHA256 derivation, the shares' AEAD (PyCA `cryptography`)
 masks.py     the mask PRG: a ChaCha20 keystream read as uint32 / uint64 words
+cores.py     the node's cores for the vector work: a thread pool over pieces of whole ChaCha20 blocks
 shares.py    Shamir t-of-n over GF(2^521 - 1)
 graph.py     who masks with whom: all (SecAgg) or a random k-regular Harary graph (SecAgg+)
 participant.py, server.py  the four stages as state machines; simulate.py runs a round in one process

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from fedmpi.errors import ConfigError
+from fedmpi.secagg.cores import over_pieces
 
-BLOCK = 1 << 20          # entries encoded at a time: float64 temporaries stay in cache-sized pieces
 MAX_QUANTIZATION_BITS = 52   # T * |x| / 2c must be exact in a float64 (53-bit significand)
 
 
@@ -60,22 +60,25 @@ class Encoding:
         q = self.weight_levels(weight)
         out = np.empty(x.size + 1, dtype=self.dtype)
         out[0] = q
-        body, a = out[1:], np.empty(min(BLOCK, x.size))
-        noise = np.empty(a.size, dtype=np.float32)     # 2^-24 resolution: a bias below 2^-24 of a step
-        self.clipped = 0
-        for s in range(0, x.size, BLOCK):
-            n = min(BLOCK, x.size - s)
-            piece = a[:n]
-            np.multiply(x[s:s + n], q / self.levels, out=piece)
-            self.clipped += int(np.count_nonzero(np.abs(piece) > self.clip))
-            np.clip(piece, -self.clip, self.clip, out=piece)
-            piece *= self.levels / (2 * self.clip)
-            if rng is not None:
-                piece += rng.random(dtype=np.float32, out=noise[:n])
-                np.floor(piece, out=piece)
+        body = out[1:]
+
+        def noise(a: int, b: int) -> np.ndarray:          # 2^-24 resolution: a bias below 2^-24 of a step
+            return rng.random(b - a, dtype=np.float32)
+
+        def piece(a: int, b: int, u: np.ndarray | None = None) -> int:
+            values = np.multiply(x[a:b], q / self.levels)
+            clipped = int(np.count_nonzero(np.abs(values) > self.clip))
+            np.clip(values, -self.clip, self.clip, out=values)
+            values *= self.levels / (2 * self.clip)
+            if u is not None:
+                values += u
+                np.floor(values, out=values)
             else:
-                np.rint(piece, out=piece)
-            body[s:s + n] = self._to_ring(piece.astype(np.int64))
+                np.rint(values, out=values)
+            body[a:b] = self._to_ring(values.astype(np.int64))
+            return clipped
+
+        self.clipped = sum(over_pieces(x.size, piece, None if rng is None else noise))
         return out
 
     def _to_ring(self, e: np.ndarray) -> np.ndarray:
@@ -97,9 +100,11 @@ class Encoding:
         out = np.empty(body.size) if out is None else out
         shift = 8 * self.dtype.itemsize - self.bits
         signed = np.int32 if self.dtype == np.uint32 else np.int64
-        for s in range(0, body.size, BLOCK):
-            piece = (body[s:s + BLOCK] << self.dtype.type(shift)).view(signed) >> shift
-            np.multiply(piece, self.step, out=out[s:s + BLOCK])
+
+        def piece(a: int, b: int) -> None:
+            np.multiply((body[a:b] << self.dtype.type(shift)).view(signed) >> shift, self.step, out=out[a:b])
+
+        over_pieces(body.size, piece)
         return out, weight
 
     def error_bound(self, count: int, weight_sum: float) -> float:

@@ -23,6 +23,8 @@ def harary(participants: list[int], degree: int, rng: random.Random) -> dict[int
     return {u: {ring[(i + d) % n] for d in range(-half, half + 1) if d} for i, u in enumerate(ring)}
 
 
-def default_threshold(participants: int) -> int:
-    """t = floor(n/2) + 1 (spec §3, fedmpi's silo reading), and never below 2 (t = 1 shares are the secret)."""
-    return max(participants // 2 + 1, 2)
+def default_threshold(holders: int) -> int:
+    """t = a majority of the h = k + 1 that hold each participant's shares (its k neighbours and itself; h = n for
+    SecAgg: ⌊n/2⌋ + 1, spec §3), never below 2 (t = 1 shares are the secret). Bell et al. size t from k: a t
+    sized from n can exceed k + 1 and never be met."""
+    return max(holders // 2 + 1, 2)

@@ -66,6 +66,9 @@ class Participant:
     def masked_input(self, received: dict[int, bytes], x: np.ndarray, in_place: bool = False) -> np.ndarray:
         """received: the sealed boxes its neighbours sent it (v -> box). x: its encoded vector."""
         self._enter("masked_input")
+        if len(received) + 1 < self.threshold:     # no t holders: its masks could not be removed (the server's check)
+            raise ProtocolError(f"participant {self.uid}: {len(received) + 1} holders of its shares, fewer than the "
+                                f"threshold {self.threshold}: it leaves the round")
         width = shares.SHARE_BYTES
         for v, box in received.items():
             if v not in self._peers or v == self.uid:
@@ -76,11 +79,10 @@ class Participant:
             self._shares[v] = (plain[8:8 + width], plain[8 + width:])
         self.mixed = sorted(received)                       # V_u: the neighbours it masks with
         y = x if in_place else x.copy()
-        masks.apply(y, keys.derive(self._seed, self.sid, "self", self.uid), self.bits)
-        for v in self.mixed:
-            key = keys.pair_key(self._s, self._peers[v][1], self.sid, "pair", self.uid, v)
-            masks.apply(y, key, self.bits, 1 if self.uid < v else -1)
-        return y
+        streams = [(keys.derive(self._seed, self.sid, "self", self.uid), 1)]
+        streams += [(keys.pair_key(self._s, self._peers[v][1], self.sid, "pair", self.uid, v),
+                     1 if self.uid < v else -1) for v in self.mixed]
+        return masks.apply_all(y, streams, self.bits)
 
     def unmask(self, survivors: list[int], dropped: list[int]) -> dict[int, bytes]:
         """The b-share of each survivor and the s^SK-share of each dropped neighbour it holds (itself included).

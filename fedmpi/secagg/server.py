@@ -10,6 +10,7 @@ import secrets
 import numpy as np
 
 from fedmpi.secagg import graph, keys, masks, shares
+from fedmpi.secagg.cores import over_pieces
 from fedmpi.secagg.errors import ProtocolError
 
 
@@ -57,11 +58,18 @@ class Session:
                 raise ProtocolError(f"participant {u}: shares from or to a participant outside its advertised "
                                     f"neighbours")
         self.u2 = set(sent)
+        self._enough(self.u2, "share keys")
+        mixed = {v: {u for u in self.u2 if v in sent[u][0]} for v in self.u2}     # V_v, who holds v's shares
+        # v's shares held by fewer than t (V_v and v itself) can rebuild neither its self-mask seed nor its mask
+        # key: it leaves the round here, as a dropout of this stage, and no one masks with it (Bell et al. 2020,
+        # as Flower's SecAgg+ client aborts); its leaving thins its neighbours' V, so until none is left short
+        while short := {v for v in self.u2 if len(mixed[v] & self.u2) + 1 < self.threshold}:
+            self.u2 -= short
         for u in self.u1 - self.u2:
             self.dropped_at[u] = "share keys"
-        self._enough(self.u2, "share keys")
-        self.commitments = {u: c for u, (_, c) in sent.items()}
-        self.mixed = {v: sorted(u for u in self.u2 if v in sent[u][0]) for v in self.u2}   # V_v
+        self._enough(self.u2, "share keys with t holders of their shares")
+        self.commitments = {u: sent[u][1] for u in self.u2}
+        self.mixed = {v: sorted(mixed[v] & self.u2) for v in self.u2}
         self.u3: set[int] = set()
         self.sum = np.zeros(self.length, dtype=np.uint32 if self.bits <= 32 else np.uint64)
         self._open = True
@@ -83,9 +91,11 @@ class Session:
         if y.shape != (self.length,) or y.dtype != self.sum.dtype:
             raise ProtocolError(f"participant {u}: masked vector of {y.size} {y.dtype} entries, expected "
                                 f"{self.length} {self.sum.dtype}")
-        if self.bits < 8 * y.itemsize and np.any(y >> y.dtype.type(self.bits)):
+        top = y.dtype.type(self.bits)
+        if self.bits < 8 * y.itemsize and any(over_pieces(y.size, lambda a, b: np.any(y[a:b] >> top))):
             raise ProtocolError(f"participant {u}: masked vector has entries >= 2^{self.bits}, the modulus")
-        np.add(self.sum, y, out=self.sum)         # wraps mod 2^32 / 2^64, which 2^bits divides
+        # wraps mod 2^32 / 2^64, which 2^bits divides
+        over_pieces(y.size, lambda a, b: np.add(self.sum[a:b], y[a:b], out=self.sum[a:b]))
         self.u3.update(members)
 
     def close_masked(self) -> tuple[list[int], list[int]]:
@@ -111,15 +121,12 @@ class Session:
             return lambda s: keys.public_bytes(keys.private_from(s)) == self.keys[v][1]
         private = {v: keys.private_from(self._reconstruct(v, answers, "mask key", is_key(v)))
                    for v in sorted(self.u2 - self.u3)}
-        total = self.sum          # every secret reconstructed and checked: only now is any mask removed
-        for v, seed in seeds.items():
-            masks.apply(total, keys.derive(seed, self.sid, "self", v), self.bits, -1)
-        for v, key_v in private.items():
-            for w in (w for w in self.mixed[v] if w in self.u3):     # w masked with v: remove PRG(k_wv)
-                masks.apply(total, keys.pair_key(key_v, self.keys[w][1], self.sid, "pair", v, w), self.bits,
-                            -1 if w < v else 1)
-        if self.bits < 8 * total.itemsize:
-            np.bitwise_and(total, total.dtype.type((1 << self.bits) - 1), out=total)
+        # every secret reconstructed and checked: only now is any mask removed
+        streams = [(keys.derive(seed, self.sid, "self", v), -1) for v, seed in seeds.items()]
+        streams += [(keys.pair_key(key_v, self.keys[w][1], self.sid, "pair", v, w), -1 if w < v else 1)
+                    for v, key_v in private.items()
+                    for w in self.mixed[v] if w in self.u3]             # w masked with v: remove PRG(k_wv)
+        total = masks.apply_all(self.sum, streams, self.bits)          # reduced mod 2^bits, streams or none
         self.sum = None
         return total
 

@@ -35,6 +35,7 @@ def run_round(inputs: dict[int, np.ndarray], bits: int, threshold: int, degree: 
         except ProtocolError:      # fewer than t of its neighbours advertised: it leaves the round (as Flower's)
             present.discard(u)
     routed = session.route_shares(sent)
+    present.intersection_update(routed)     # the server leaves out a participant fewer than t hold the shares of
     for u in attend("masked input"):
         session.receive_masked(u, people[u].masked_input(routed[u], inputs[u]))
     survivors, dropped = session.close_masked()

@@ -15,7 +15,7 @@ from fedmpi import comm
 from fedmpi.secagg import ProtocolError
 from fedmpi.secagg.server import Session
 from fedmpi.silo.exchange import SiloExchange, broadcast_global
-from fedmpi.core.secure_uploads import encoding, mean_into
+from fedmpi.core.secure_uploads import decoded_mean, dp_noise_std, encoding, mean_into
 from fedmpi.silo.secure_upload import TAG_ASK, TAG_KEYS, TAG_MASKED, TAG_ROUTED, TAG_SETUP, TAG_SHARES, TAG_UNMASK
 
 
@@ -37,6 +37,8 @@ class SecureSiloExchange(SiloExchange):
         self._theta = torch.empty(backbone, dtype=torch.float64)
         self._mean: np.ndarray | None = None
         self._round = 0
+        self.share_std = dp_noise_std(cfg)
+        self.noise_std: float | None = None     # with fed.dp: the std per entry of the noise in the round's mean
 
     def post(self, r: int) -> None:
         self._round, self._mean = r, None
@@ -75,8 +77,7 @@ class SecureSiloExchange(SiloExchange):
             names = self.upload_names
             text = re.sub(r"participant (\d+)", lambda m: f"party {names[int(m.group(1)) - 1]}", str(exc))
             raise ProtocolError(f"round {r + 1}: secure aggregation: {text}") from None
-        summed, weight = self.encoding.decode(total, n)
-        self._mean = summed / weight
+        self._mean, self.noise_std = decoded_mean(self.encoding, total, n, self.share_std)
 
     def weighted_mean(self, w, out: torch.Tensor) -> torch.Tensor:
         """ref + Σ w_i (u_i − ref) / Σ w_i; `w` is the fixed weighting the parties applied before masking (their

@@ -18,6 +18,7 @@ from fedmpi.metrics.personal import personal_columns
 from fedmpi.silo.classes import party_rows
 from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
+from fedmpi.core.secure_uploads import session_line
 from fedmpi.silo.secure_exchange import SecureSiloExchange, leaves_party, upload_check_note
 from fedmpi.silo.server_classes import ServerKit
 from fedmpi.silo.side_work import SideWork
@@ -87,8 +88,9 @@ def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
 
 def run_silo_server(cfg: Config, ctx: Context, parts: RunParts, run_dir, data_description: dict, resume=None) -> int:
     print(f"what leaves each party: {leaves_party(cfg, parts.rule.leaves_party)}", flush=True)
-    if upload_check_note(cfg):
-        print(upload_check_note(cfg), flush=True)
+    for note in (session_line(cfg), upload_check_note(cfg)):
+        if note:
+            print(note, flush=True)
     server = Server(cfg, parts, SiloSetting(cfg, ctx, parts, data_description), run_dir,
                     resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
     return drive(server, cfg, ctx, run_dir, resume)

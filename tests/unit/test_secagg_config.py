@@ -7,7 +7,7 @@ from fedmpi.config import ConfigError, load_config
 from fedmpi.config.secure_aggregation import COMPOSES
 import numpy as np
 
-from fedmpi.core.secure_uploads import dp_noise_std, dp_share, encoding
+from fedmpi.core.secure_uploads import dp_noise_std, dp_share, encoding, session_line
 
 ON = ["fed.secure_aggregation.mode=secagg", "fv.enabled=false"]
 MODE = "fed.secure_aggregation.mode: "
@@ -55,6 +55,22 @@ def test_across_devices_the_clients_of_a_round_are_the_participants():
     cfg = load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg", "clients.dropout=0.1"])
     assert encoding(cfg).participants == 10 and encoding(cfg).bits == 26    # 10 clients a round x 2^22 levels
     assert cfg.fed.secure_aggregation.threshold_for(10) == 6
+
+
+def test_the_readmes_secagg_plus_form_takes_a_threshold_its_graph_can_meet():
+    """k = 4 neighbours of 10 clients a round: each participant's shares have 5 holders, so t defaults to their
+    majority, 3 (not ⌊10/2⌋ + 1 = 6, which no participant could meet); the start-up line names it."""
+    cfg = load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg+",
+                                                   "fed.secure_aggregation.neighbours=4"])
+    assert cfg.fed.secure_aggregation.threshold_for(10) == 3
+    assert session_line(cfg) == ("secure aggregation: secagg+, 10 participants a round, 4 neighbours each, "
+                                 "threshold t = 3 of the 5 holders of each participant's shares")
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/hsu_cifar10.yaml", ["fed.secure_aggregation.mode=secagg+",
+                                                 "fed.secure_aggregation.neighbours=4",
+                                                 "fed.secure_aggregation.threshold=6"])
+    assert str(e.value) == ("fed.secure_aggregation.threshold: must lie in [2, 5] (a participant's 4 neighbours "
+                            "and itself hold its shares), got 6; or 0 for the default 3")
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -2,12 +2,15 @@
 encodings of known inputs, the modulus bits derived from participants and levels (and a setting that could wrap
 refused in one line), the mask PRG's test vector and the worked 3-party example of the specification (§7 O6, O7)."""
 import hashlib
+import os
 
 import numpy as np
 import pytest
 
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
 from fedmpi.errors import ConfigError
-from fedmpi.secagg import keys, masks
+from fedmpi.secagg import cores, keys, masks
 from fedmpi.secagg.encoding import Encoding
 
 T = 1 << 22
@@ -79,6 +82,43 @@ def test_weighted_mean_within_the_stated_bound():
 def test_prg_test_vector():
     assert masks.prg(bytes(32), 4, 32).tolist() == [2917185654, 2419978656, 3848953152, 683509331]
     assert masks.prg(bytes(32), 4, 16).tolist() == [w & 0xFFFF for w in [2917185654, 2419978656, 3848953152, 683509331]]
+
+
+@pytest.mark.parametrize("dtype, bits", [(np.uint32, 26), (np.uint64, 40)])
+def test_masks_on_the_nodes_cores_are_the_one_keystreams_words(dtype, bits):
+    """A vector of 2.5 pieces masked by three streams on 1 and on 3 threads: bit for bit the same, and the same as
+    the streams' keystreams read whole from block 0 (each piece starts its stream at its own block counter)."""
+    size = 2 * cores.PIECE + cores.PIECE // 2 + 7
+    start = np.random.default_rng(0).integers(0, 1 << bits, size, dtype=np.uint64).astype(dtype)
+    streams = [(bytes([k]) * 32, sign) for k, sign in ((1, 1), (2, -1), (3, 1))]
+    expected = start.astype(np.uint64)
+    for key, sign in streams:
+        whole = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor().update(bytes(start.nbytes))
+        words = np.frombuffer(whole, dtype=dtype).astype(np.uint64)
+        expected = expected + words if sign > 0 else expected - words      # wraps mod 2^64, which 2^bits divides
+    expected = (expected & np.uint64((1 << bits) - 1)).astype(dtype)
+    try:
+        for count in (1, 3):
+            cores.set_threads(count)
+            assert np.array_equal(masks.apply_all(start.copy(), streams, bits), expected)
+    finally:
+        cores.set_threads(len(os.sched_getaffinity(0)))
+
+
+def test_the_encoding_on_the_nodes_cores_reads_the_rounding_stream_in_order():
+    """2.5 pieces encoded and decoded on 1 and on 3 threads: the same words, the same clipped count, the same
+    decoded values (the stochastic rounding's uniforms are drawn piece by piece on the calling thread)."""
+    x = np.random.default_rng(1).standard_normal(2 * cores.PIECE + cores.PIECE // 2 + 3) * 3
+    enc, results = Encoding(8.0, 22, 12), []
+    try:
+        for count in (1, 3):
+            cores.set_threads(count)
+            words = enc.encode(x, 0.7, np.random.default_rng(5))
+            results.append((words, enc.clipped, enc.decode(words, 1)[0]))
+    finally:
+        cores.set_threads(len(os.sched_getaffinity(0)))
+    (w1, c1, d1), (w3, c3, d3) = results
+    assert np.array_equal(w1, w3) and c1 == c3 > 0 and np.array_equal(d1, d3)
 
 
 def test_worked_example_of_three_parties():

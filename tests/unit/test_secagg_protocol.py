@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from fedmpi.secagg import ProtocolError, shares
+from fedmpi.secagg import ProtocolError, graph, shares
 from fedmpi.secagg.encoding import Encoding
 from fedmpi.secagg.participant import Participant
 from fedmpi.secagg.server import Session
@@ -181,3 +181,32 @@ def test_a_cohort_of_100_with_random_dropouts_sums_its_survivors_or_refuses():
         assert set(counted) == set(inputs) - {u for u, s in session.dropped_at.items() if s != "unmask"}
         outcomes.append(len(counted))
     assert outcomes == [82, 66, "refused"]      # 60 % per stage: some client's secret keeps fewer than t holders
+
+
+def test_a_participant_fewer_than_t_hold_the_shares_of_leaves_and_the_round_completes_without_it():
+    """SecAgg+ with k = 4, t = 3 over 10: three of u's four neighbours miss the share-keys stage, so u's shares are
+    held by its fourth neighbour and itself, 2 < t, and no one could remove u's masks. u leaves the round at that
+    stage (a dropout there) and no one masks with it; the other six are unmasked exactly."""
+    inputs = random_inputs(np.random.default_rng(12), 10, 500, 24)
+    ids = sorted(inputs)
+    ring = list(ids)
+    random.Random(4).shuffle(ring)           # the Harary graph Session draws from the same generator
+    i = 5
+    u, gone = ring[i], {ring[i - 1], ring[(i + 1) % 10], ring[(i + 2) % 10]}
+    assert graph.harary(ids, 4, random.Random(4))[u] == gone | {ring[i - 2]}
+    total, session = run_round(inputs, 24, 3, degree=4, drop={"share keys": gone}, rng=random.Random(4))
+    assert session.dropped_at == {v: "share keys" for v in gone | {u}}
+    counted = [v for v in ids if v not in gone | {u}]
+    assert sorted(session.u3) == counted
+    assert total.tolist() == plain_sum(inputs, counted, 24).tolist()
+
+
+def test_a_participant_given_fewer_than_t_holders_refuses_to_send_its_masked_input():
+    people = {v: Participant(v, 16) for v in (1, 2, 3)}
+    session = Session(0, [1, 2, 3], 3, 16, 4)
+    sid, peers = session.receive_keys({v: p.advertise() for v, p in people.items()})
+    sent = {v: people[v].share_keys(sid, 3, peers[v]) for v in (1, 2)}
+    only = {2: sent[2][0][1]}                # a server that routes participant 1 one box of the two it needs
+    with pytest.raises(ProtocolError, match=r"^participant 1: 2 holders of its shares, fewer than the threshold 3: "
+                                            r"it leaves the round$"):
+        people[1].masked_input(only, np.zeros(4, np.uint32))
