@@ -116,7 +116,7 @@ fr-baselines-cpu: $(STAMP) bytecode
 # synthetic faces from it (10 local epochs at lr 0.1), positive-only FedAvg and FedAwS (one step; FedFR's 20-step
 # form) with BatchNorm frozen, PrivacyFace on albums of 4, and FedAvg / FedAwS with BatchNorm by batch (the
 # collapse), two seeds, verification and the synthetic IJB-C against the start itself, into
-# docs/results/faces-devices-cpu/report.md (about 22 minutes on 2 cores; runs already there are reused); each run
+# docs/results/faces-devices-cpu/report.md (about 28 minutes on 2 cores; runs already there are reused); each run
 # holds LOCK only while it runs
 faces-devices-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu --lock $(LOCK) $(ARGS)

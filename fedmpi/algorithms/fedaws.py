@@ -5,10 +5,18 @@ class embeddings W_k go to the server, which stacks W = [W_1; ...; W_P], takes a
 included) and sends each party its rows back. The server sees every party's class embeddings; a party only its
 own. mode=paper: one plain step W ← W − λη∇L (η the round's learning rate); mode=fedfr: FedFR's FedAwS baseline,
 20 steps of SGD with momentum 0.9, lr 10η, weight decay 5e-4 and a fresh optimizer every round (no state is kept).
-Which rows are stepped on (spec §2.7 item 4): rows=round, those of the parties that took part this round, each
-against all of W (FedFR's; fedmpi/algorithms/spreadout_round.py), or rows=all, every row (Aggarwal's FedFace). In
-the silo every party takes part every round, so both are the all-rows step; across devices only a cohort does, and
-round keeps the server's step O(cohort · M · d) instead of O(M² d) (docs/BASELINES.md)."""
+Which rows are stepped on (spec §2.7 item 4), `rows`:
+- all: every row, all pairs (Aggarwal's FedFace; fedmpi/algorithms/spreadout.py);
+- cohort: the round's parties' rows alone, stacked and spread among themselves, each other's only negatives, all of
+  them moving (FedFR's code: its server's SpreadOut stacks the round's clients' rows): the all-rows step on the
+  round's rows;
+- round: the round's parties' rows as anchors, each against every row of W as a fixed negative, only the anchors
+  moving (fedmpi/algorithms/spreadout_round.py): every seen identity pushes, the step O(cohort · M · d) where all is
+  O(M² d). Its mean runs over |A|(C − 1) pairs, not C(C − 1), and an anchor's pairs with the other anchors enter
+  from both ends, so on the same rows its gradient points almost as the all-rows one does but is about
+  C / (2|A|) + 1/2 times longer where the pushes are spread evenly (docs/BASELINES.md).
+In the silo every party takes part every round, so the three are the all-rows step; across devices only a cohort
+does."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +26,7 @@ from fedmpi.algorithms.class_rules import RowRuleOptions
 from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
-ROWS = ("round", "all")   # the anchors of the step: the round's parties' rows | every row
+ROWS = ("round", "cohort", "all")   # the round's rows against all of W | the round's rows alone | every row
 MODES = {"paper": None, "fedfr": {"steps": 20, "momentum": 0.9, "lr_scale": 10.0, "weight_decay": 5e-4}}
 
 
@@ -27,7 +35,7 @@ class FedAwSOptions(RowRuleOptions):
     tau: float = 0.4                 # cosine threshold τ (FedFR's margin; ν = 2(1 − τ) in the squared-Euclidean form)
     top_k: int = 0                   # 0: every other row; k: the k nearest other rows of each row
     mode: str = "paper"              # paper (one plain step of λη) | fedfr (FedFR's baseline: 20 momentum steps)
-    rows: str = "round"              # round: the rows of the round's parties move (FedFR) | all: every row (FedFace)
+    rows: str = "round"              # round: the round's rows against all of W | cohort: among themselves (FedFR) | all
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
@@ -35,7 +43,8 @@ class FedAwSOptions(RowRuleOptions):
             raise ConfigError(f"fed.options.mode: {self.mode!r} is not one of {', '.join(MODES)}")
         if self.rows not in ROWS:
             raise ConfigError(f"fed.options.rows: {self.rows!r} is not one of {', '.join(ROWS)} (the rows the server's "
-                              f"spreadout moves: the round's parties' or every party's)")
+                              f"spreadout moves: the round's against every row, the round's among themselves, or every "
+                              f"row)")
         if not -1 < self.tau < 1:
             raise ConfigError(f"fed.options.tau: must be in (-1, 1), got {self.tau}")
         if self.top_k < 0:
@@ -60,14 +69,20 @@ class Spreadout(RowsPart):
 
     @property
     def anchored(self) -> bool:
-        return self.options.rows == "round"
+        return self.options.rows != "all"
 
     def step_round(self, W, bounds, anchors, lr, r, state):
-        if not self.anchored:
+        o = self.options
+        if o.rows == "all":
             return self.step(W, bounds, lr, r, state)
+        if o.rows == "cohort":
+            rows = W[anchors]
+            loss = self.step(rows, bounds, lr, r, state)
+            W[anchors] = rows
+            return loss
         from fedmpi.algorithms.spreadout_round import round_spreadout_step
 
-        o, s = self.options, self.options.schedule()
+        s = o.schedule()
         loss = round_spreadout_step(W, anchors, s["lr_scale"] * lr, o.tau, o.top_k, steps=s["steps"],
                                     momentum=s["momentum"], weight_decay=s["weight_decay"], block=o.block_rows)
         return {"spreadout": loss}

@@ -4,9 +4,9 @@
   OwnClassRows   the face clients (Yu et al., Aggarwal et al.): the positive-only loss (models/positive_only.py)
                  against the client's own class embeddings w_c, trained beside θ by plain SGD at the client's lr and
                  sent back to the server with the client's state (crossdevice/client_state.py). A client's w_c
-                 arrives as zeros before its first round: it starts as the mean unit feature of c's images of that
-                 identity under the pretrained model (Aggarwal et al.'s choice; the model the run started from,
-                 model.init, kept frozen on every trainer rank)."""
+                 arrives as zeros before its first round: it starts as the normalised sum of the unit features of c's
+                 images of that identity under the frozen start (Aggarwal et al.'s choice; the model the run started
+                 from, model.init, kept frozen on every trainer rank)."""
 from __future__ import annotations
 
 import copy
@@ -54,7 +54,8 @@ class OwnClassRows:
 
     @torch.no_grad()
     def first_rows(self, k: int, like: torch.Tensor) -> torch.Tensor:
-        """Each of client k's rows: the mean unit feature of its identity's images under the pretrained model."""
+        """Each of client k's rows: the normalised sum of the unit features of its identity's images under the frozen
+        start (the direction of their mean unit feature)."""
         index = self.data.parts[k]
         total = torch.zeros_like(like)
         for start in range(0, len(index), self.batch_size):

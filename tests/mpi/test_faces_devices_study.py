@@ -22,4 +22,4 @@ def test_the_study_runs_from_one_command_at_its_tiny_scale(tmp_path):
     assert f"accuracy {100 * start['accuracy']:.2f}" in report
     assert all(len(r["cosine"]) == 2 and r["bytes_per_client"] > 128 * 4 * 2 for r in results.values())
     # the same start, data and sampling: the two methods' first clients trained alike, so round 1's Θ agrees
-    assert results["fedavg/0"]["first"] == results["fedaws/0"]["first"]
+    assert results["fedavg/0"]["first"] == results["fedaws-fedfr/0"]["first"]

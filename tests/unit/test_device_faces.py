@@ -201,11 +201,13 @@ def test_the_servers_class_step_across_devices_moves_only_the_rows_seen(name):
     assert mean_pairwise_cosine(store.rows[[0, 2, 3]]) <= mean_pairwise_cosine(before[[0, 2, 3]]) + 1e-12
 
 
-@pytest.mark.parametrize("rows, per", [("round", 1), ("all", 1), ("round", 2)])
-def test_fedaws_moves_the_rounds_rows_against_all_of_w_or_every_row(rows, per):
+@pytest.mark.parametrize("rows, per", [("round", 1), ("all", 1), ("round", 2), ("cohort", 1), ("cohort", 2)])
+def test_fedaws_moves_the_rounds_rows_against_all_of_w_or_among_themselves_or_every_row(rows, per):
     """rows=round: the clients of the round are the anchors (their rows move, against every row seen: the step of
-    spreadout_round.py on the seen rows in client order), the rows of earlier rounds' clients stay; rows=all: every
-    seen row moves (spreadout.py). An album client (per = 2 rows) moves both its rows."""
+    spreadout_round.py on the seen rows in client order), the rows of earlier rounds' clients stay; rows=cohort: the
+    round's rows alone, spread among themselves (the all-rows step of spreadout.py on them: FedFR's code), the other
+    rows neither moving nor pushing; rows=all: every seen row moves (spreadout.py). An album client (per = 2 rows)
+    moves both its rows."""
     from fedmpi.algorithms.fedavg import FedAvg
     from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
     from fedmpi.algorithms.spreadout import spreadout_step
@@ -227,25 +229,32 @@ def test_fedaws_moves_the_rounds_rows_against_all_of_w_or_every_row(rows, per):
     if rows == "round":
         anchors = torch.tensor([p * per + j for p in (1, 3, 4) for j in range(per)])   # clients 1, 5, 6 among seen
         loss = round_spreadout_step(expected, anchors, 0.5, 0.4)
+    elif rows == "cohort":
+        anchors = torch.tensor([p * per + j for p in (1, 3, 4) for j in range(per)])
+        cohort = expected[anchors]
+        loss = spreadout_step(cohort, 0.5, 0.4)
+        expected[anchors] = cohort
     else:
         loss = spreadout_step(expected, 0.5, 0.4)
     assert exchange.row["spreadout"] == loss and loss > 0
     assert torch.equal(store.rows[seen].reshape(-1, d), expected)
     moved = (store.rows != before).any(dim=1).tolist()
-    assert moved == ([False, True, False, False, False, True, True] if rows == "round"
-                     else [True, True, True, False, False, True, True])
+    assert moved == ([True, True, True, False, False, True, True] if rows == "all"
+                     else [False, True, False, False, False, True, True])
 
 
-def test_fedaws_rows_is_round_or_all_in_one_line():
+def test_fedaws_rows_is_round_cohort_or_all_in_one_line():
     from fedmpi.algorithms.fedaws import FedAwSOptions
     from fedmpi.config import ConfigError, load_config
 
     assert FedAwSOptions().rows == "round"
-    load_config("configs/faces_devices.yaml", ["fed.options.rows=all"])
+    for rows in ("all", "cohort"):
+        load_config("configs/faces_devices.yaml", [f"fed.options.rows={rows}"])
     with pytest.raises(ConfigError) as caught:
-        load_config("configs/faces_devices.yaml", ["fed.options.rows=cohort"])
-    assert str(caught.value) == ("fed.options.rows: 'cohort' is not one of round, all (the rows the server's "
-                                 "spreadout moves: the round's parties' or every party's)")
+        load_config("configs/faces_devices.yaml", ["fed.options.rows=clients"])
+    assert str(caught.value) == ("fed.options.rows: 'clients' is not one of round, cohort, all (the rows the "
+                                 "server's spreadout moves: the round's against every row, the round's among "
+                                 "themselves, or every row)")
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedaws", "fedaws-all"])

@@ -111,3 +111,21 @@ def test_a_known_case_an_anchor_and_a_fixed_negative():
     loss, grad = round_spreadout(unit, torch.tensor([0]), 0.4)
     assert loss == pytest.approx(0.01, abs=1e-15)
     assert torch.allclose(grad, 0.2 * unit[1:], atol=1e-15, rtol=0)
+
+
+@pytest.mark.parametrize("C, a", [(40, 6), (200, 20)])
+def test_the_round_form_is_the_all_rows_direction_about_c_over_2a_plus_half_longer(C, a):
+    """On the same anchors, the round form's gradient (mean over |A|(C − 1) pairs, the anchors' mutual pairs from
+    both ends) against the all-rows one's (mean over C(C − 1)): nearly the same direction, about C / (2|A|) + 1/2
+    times longer where the pushes are spread evenly (random rows around one direction), as docs/BASELINES.md says."""
+    g = torch.Generator().manual_seed(C)
+    cosines, ratios = [], []
+    for _ in range(20):
+        W = torch.randn(C, 16, generator=g, dtype=D64) + 1.5
+        unit = W / W.norm(dim=1, keepdim=True)
+        anchors = torch.randperm(C, generator=g)[:a]
+        whole, part = spreadout(unit, 0.4)[1][anchors], round_spreadout(unit, anchors, 0.4)[1]
+        cosines.append(float((whole * part).sum() / whole.norm() / part.norm()))
+        ratios.append(float(part.norm() / whole.norm()))
+    assert min(cosines) > 0.99
+    assert sum(ratios) / len(ratios) == pytest.approx(C / (2 * a) + 0.5, rel=0.05)
