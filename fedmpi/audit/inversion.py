@@ -33,7 +33,8 @@ def cosine_distance(simulated: Sequence[torch.Tensor], observed: Sequence[torch.
 
 
 def _parameters(model: torch.nn.Module) -> dict:
-    return {name: p.detach() for name, p in model.named_parameters()}
+    """The trainable parameters (what an upload moves); functional_call takes the frozen ones from the model."""
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
 
 
 def gradient_of(model: torch.nn.Module, loss_fn, labels: torch.Tensor) -> Simulate:
@@ -57,9 +58,10 @@ def local_update_of(model: torch.nn.Module, loss_fn, labels: torch.Tensor, lr: f
     if batches is not None and len(batches) != steps:
         raise ValueError(f"{len(batches)} batches given for {steps} local steps")
     start = _parameters(model)
-    buffers = dict(model.named_buffers())
+    saved = {name: b.detach().clone() for name, b in model.named_buffers()}
 
     def simulate(x: torch.Tensor) -> list:
+        buffers = {name: b.clone() for name, b in saved.items()}   # BatchNorm's running statistics move per step
         theta = {name: p.clone().requires_grad_() for name, p in start.items()}
         velocity = {name: torch.zeros_like(p) for name, p in start.items()}
         for k in range(steps):
@@ -82,25 +84,32 @@ class Inversion:
 
 def invert(simulate: Simulate, observed: Sequence[torch.Tensor], shape: Sequence[int], *, iterations: int = 2000,
            lr: float = 0.1, tv: float = 1e-4, restarts: int = 1, data_range: tuple = (0.0, 1.0),
-           seed: int = 0) -> Inversion:
-    """Minimise cosine_distance(simulate(x′), observed) + tv·TV(x′) over x′ of `shape` (see the module)."""
+           seed: int = 0, unknowns: Sequence[torch.Tensor] = ()) -> Inversion:
+    """Minimise cosine_distance(simulate(x′), observed) + tv·TV(x′) over x′ of `shape` (see the module).
+    `unknowns`: further tensors `simulate` reads (what the attacker does not know, e.g. a party's classifier),
+    optimised beside x′ (unclamped) from their given values, which each restart starts from again."""
     low, high = data_range
     if not low < high:
         raise ValueError(f"data_range must be (low, high) with low < high, got {data_range}")
     observed = [o.detach() for o in observed]
     generator = torch.Generator().manual_seed(seed)
     best, objectives = None, []
+    starts = [u.detach().clone() for u in unknowns]
     for _ in range(restarts):
         x = (low + (high - low) * torch.rand(tuple(shape), generator=generator, dtype=observed[0].dtype))
         x.requires_grad_()
-        optimiser = torch.optim.Adam([x], lr=lr)
+        with torch.no_grad():
+            for u, value in zip(unknowns, starts):
+                u.copy_(value)
+        variables = [x, *(u.requires_grad_() for u in unknowns)]
+        optimiser = torch.optim.Adam(variables, lr=lr)
         milestones = [int(iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
         schedule = torch.optim.lr_scheduler.MultiStepLR(optimiser, milestones=milestones, gamma=0.1)
         for _ in range(iterations):
             optimiser.zero_grad()
             loss = cosine_distance(simulate(x), observed) + tv * total_variation(x)
-            x.grad, = torch.autograd.grad(loss, [x])
-            x.grad.sign_()
+            for v, g in zip(variables, torch.autograd.grad(loss, variables)):
+                v.grad = g.sign()
             optimiser.step()
             schedule.step()
             with torch.no_grad():

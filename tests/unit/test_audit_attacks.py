@@ -8,6 +8,7 @@ import torch
 
 from fedmpi.audit.analytic import label_from_last_layer, recover_fc_input, recover_fc_input_best
 from fedmpi.audit.inversion import cosine_distance, gradient_of, invert, local_update_of, total_variation
+from fedmpi.audit.party_update import invert_party_update, margin_loss
 from fedmpi.audit.scoring import score_reconstructions
 
 LOSS = torch.nn.CrossEntropyLoss()
@@ -108,3 +109,25 @@ def test_objective_parts_on_known_values():
     stripes = torch.tensor([[0.0, 1.0], [0.0, 1.0]]).reshape(1, 1, 2, 2)
     assert float(total_variation(stripes)) == pytest.approx(1.0)   # 0 down the columns, 1 across
     assert math.isclose(float(total_variation(torch.ones(1, 1, 3, 3))), 0.0)
+
+
+def test_a_partys_image_is_recovered_behind_two_local_steps_with_its_classifier_unknown():
+    """The party's margin classifier (4 classes) never leaves it: the attack optimises a surrogate beside the
+    image and still recovers it, the first FC layer's update fixing the input as in Phong et al."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 32), torch.nn.Sigmoid(),
+                                torch.nn.Linear(32, 8)).double()
+    image = torch.rand(1, 3, 4, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    classifier = torch.randn(4, 8, dtype=torch.float64)
+    party_loss = lambda out, y: margin_loss(out, classifier, y, 16.0, 0.2)
+    upload = [u.detach() for u in local_update_of(model, party_loss, torch.tensor([1]), 0.5, 2)(image)]
+    found = invert_party_update(model, upload, 1, (3, 4, 4), steps=2, lr=0.5, momentum=0.0, scale=16.0, margin=0.2,
+                                iterations=400, restarts=1, data_range=(0.0, 1.0), tv=0.0)
+    assert score_reconstructions(found.images, image)["psnr"][0] > 40.0
+
+
+def test_the_margin_loss_on_known_values():
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    embedding = torch.tensor([[2.0, 0.0]], dtype=torch.float64)      # cosines 1 and 0; the label's less m
+    expected = -math.log(math.exp(4 * 0.5) / (math.exp(4 * 0.5) + 1.0))
+    assert float(margin_loss(embedding, rows, torch.tensor([0]), 4.0, 0.5)) == pytest.approx(expected)
