@@ -178,7 +178,8 @@ class LogConfig:
     tensorboard: bool | None = None  # TensorBoard event files beside log.h5 as the run goes; empty: on when the
                                      # tensorboard package is installed (fedmpi/store/tensorboard.py)
     # rounds (from 1) whose received uploads the server writes to received/round-R.h5 for a privacy audit
-    # (fedmpi/core/received.py); across devices every upload of the run is then sent, not summed on the way
+    # (fedmpi/core/received.py); across devices every upload of the run is then sent, not summed on the way,
+    # and the server's upload check sees each client's (docs/PRIVACY_AUDIT.md)
     record_received: list[int] = field(default_factory=list)
 
     def validate(self, cfg: "Config", fail) -> "LogConfig":
