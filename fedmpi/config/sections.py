@@ -177,12 +177,19 @@ class LogConfig:
     influence: bool = False          # log each party's effective weight in every round's combination (`influence`)
     tensorboard: bool | None = None  # TensorBoard event files beside log.h5 as the run goes; empty: on when the
                                      # tensorboard package is installed (fedmpi/store/tensorboard.py)
+    # rounds (from 1) whose received uploads the server writes to received/round-R.h5 for a privacy audit
+    # (fedmpi/core/received.py); across devices every upload of the run is then sent, not summed on the way,
+    # and the server's upload check sees each client's (docs/PRIVACY_AUDIT.md)
+    record_received: list[int] = field(default_factory=list)
 
     def validate(self, cfg: "Config", fail) -> "LogConfig":
         """Check the section; returns it resolved, as a new object: log.tensorboard decided where it is empty."""
         installed = tensorboard_installed()
         if self.tensorboard and not installed:
             fail("log.tensorboard", "the tensorboard package is not installed (pip install tensorboard)")
+        for i, r in enumerate(self.record_received):
+            if not 1 <= r <= cfg.planned_rounds:
+                fail(f"log.record_received[{i}]", f"must be a round from 1 to {cfg.planned_rounds}, got {r}")
         if self.influence and cfg.cross_device:
             fail("log.influence", "needs every upload; the cross-device clients' uploads are summed on the "
                                   "trainer ranks")

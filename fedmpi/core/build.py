@@ -30,11 +30,13 @@ class RunParts:
     new_model: Callable[[], torch.nn.Module]   # another model of the same kind, to load a Θ into (validators)
     device: torch.device             # where the model and the round's tensors live
     dtype: torch.dtype
+    record_uploads: bool = False     # log.record_received: the server keeps the uploads of the rounds it records
 
     @property
     def every_upload(self) -> bool:
-        """The server's aggregator reads each upload: cross-device trainer ranks then send every client's."""
-        return self.aggregator.needs_uploads
+        """The server's aggregator reads each upload, or the server records what it received: cross-device
+        trainer ranks then send every client's upload instead of their sum."""
+        return self.aggregator.needs_uploads or self.record_uploads
 
 
 def server_optimizer_name(cfg: Config, rule: type[Algorithm] | None = None) -> str:
@@ -83,4 +85,5 @@ def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunPar
     state = BackboneState(model)
     rule = build_rule(cfg)
     return RunParts(rule=rule, model=model, state=state, aggregator=build_aggregator(cfg, rule, state.variances),
-                    new_model=lambda: shared_model(cfg, device, dtype), device=device, dtype=dtype)
+                    new_model=lambda: shared_model(cfg, device, dtype), device=device, dtype=dtype,
+                    record_uploads=bool(cfg.log.record_received))

@@ -23,6 +23,7 @@ from fedmpi.core.build import RunParts
 from fedmpi.core.payloads import Payloads
 from fedmpi.core.privacy import COLUMNS as PRIVACY_COLUMNS, PrivacyReport
 from fedmpi.core.progress import Progress
+from fedmpi.core.received import ReceivedRecorder
 from fedmpi.core.seams import RoundStats, Setting
 from fedmpi.store.checkpoint import SERVER_PART, Checkpointer, capture_rng, copy_into, read_part, restore_rng
 from fedmpi.store.h5log import RunLog
@@ -76,6 +77,10 @@ class Server:
         self.step = ServerStep(self.algorithm, self.aggregator, self.down, self.mean, self.algo_state,
                                self.state.n_trainable, self.check)
         self.progress = Progress(cfg.rounds, self.parties)
+        self.received = ReceivedRecorder(run_dir, cfg.log.record_received, {
+            "numel": self.state.numel, "n_trainable": self.state.n_trainable, "up_numel": self.up_numel,
+            "dp": cfg.fed.dp.enabled, "cross_device": cfg.cross_device,
+            "algorithm": method_key(cfg.fed.algorithm, cfg.fed.setting)})
         self.w = self.side.weighting.for_round(-1, None)
         self.elapsed_before = 0.0  # wall time of the rounds before a resume
         self.bad_records: dict[str, int] = {}  # skipped with data.skip_bad, per party (this launch)
@@ -114,7 +119,9 @@ class Server:
         exchange, rows = self.exchange, self.exchange.rows
         side_w = self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel])
         self.w = exchange.weights(side_w)
+        self.received.before_step(r, self.theta, exchange)
         self.step(exchange, self.w, exchange.participation)
+        self.received.after_step(r, self.theta)
         if self.influence:
             self.influence.measure(r, rows, self.step.combination)
 
