@@ -5,30 +5,16 @@ from __future__ import annotations
 import sys
 
 import torch
-import torch.nn.functional as F
 
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.crossdevice.client_data import to_tensor
+from fedmpi.crossdevice.test_shares import batch_scores, server_totals, test_count, totals
 
 EVAL_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "test/accuracy": ((), "f8"), "test/loss": ((), "f8")}
 
 
-@torch.no_grad()
 def test_accuracy(model: torch.nn.Module, data, limit: int, batch_size: int, device, dtype) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) over the first `limit` test images (0: all)."""
-    images, labels = data.test.images, data.test.labels
-    n = len(labels) if limit <= 0 else min(limit, len(labels))
-    correct, loss = 0, 0.0
-    was_training = model.training
-    model.eval()
-    for start in range(0, n, batch_size):
-        x = to_tensor(images[start:min(n, start + batch_size)], data.mean, data.std, dtype).to(device)
-        y = torch.from_numpy(labels[start:min(n, start + batch_size)]).to(device)
-        logits = model(x)
-        correct += int((logits.argmax(1) == y).sum())
-        loss += float(F.cross_entropy(logits, y, reduction="sum"))
-    model.train(was_training)
-    return correct / n, loss / n
+    """(accuracy, mean cross-entropy) over the first `limit` test images (0: all), on this rank alone."""
+    return totals(batch_scores(model, data, limit, batch_size, device, dtype), test_count(data, limit))
 
 
 class ExampleCounts:
@@ -45,7 +31,8 @@ class ExampleCounts:
 
 class TestAccuracy:
     """The side work of a cross-device run: the test accuracy of Θ when an evaluation is due (nothing runs
-    while the clients train: the evaluation needs the round's Θ)."""
+    while the clients train: the evaluation needs the round's Θ), the test batches shared with the trainer
+    ranks (test_shares.py)."""
     uploads_kept = 0
     what = "test accuracy"       # the score's name in the progress line and the closing summary
 
@@ -71,10 +58,10 @@ class TestAccuracy:
         self.stream.flush()
 
     def measure(self) -> tuple[float, dict, str]:
-        """(the score, the log's /eval columns, the evaluation line) of the model now in parts.model."""
+        """(the score, the log's /eval columns, the evaluation line) of the model now in parts.model (Θ, which
+        the trainer ranks score their shares of: test_shares.py)."""
         s, cfg = self.setting, self.setting.cfg
-        accuracy, loss = test_accuracy(s.parts.model, s.data, cfg.clients.eval_images, cfg.eval.batch_size,
-                                       s.parts.device, s.parts.dtype)
+        accuracy, loss = server_totals(s)
         return accuracy, {"test/accuracy": accuracy, "test/loss": loss}, \
             f"test accuracy {100 * accuracy:.2f}%  loss {loss:.4f}"
 

@@ -12,6 +12,7 @@ from fedmpi.crossdevice.album_clusters import ClientKit
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.secure_clients import SecureClients
+from fedmpi.crossdevice.test_shares import TrainerShare
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part
@@ -45,6 +46,9 @@ class ClientTrainer:
                                           self.local.up.flat.numel())
         if self.secure:
             self.each = self.secure.add
+        # the CIFAR clients' test accuracy is scored on every rank (the face clients' verification on the server)
+        self.test_share = None if cfg.clients.face_clients else TrainerShare(cfg, ctx.rank, trainers, ctx.control,
+                                                                             parts, data)
 
     def run(self, start_round: int = 0, checkpointer=None) -> int:
         # a client's batch order comes from (seed, round, client) and its state lives with the server
@@ -85,6 +89,8 @@ class ClientTrainer:
         stats = trained[1]
         stats["seconds"] = seconds
         self.trainer_side.send_stats(r, stats)
+        if self.test_share:
+            self.test_share.round_end(r, self.local.down.theta)
 
     def checkpoint_parts(self) -> dict:
         tree = {**({"algorithm": self.local.shared} if self.local.shared else {}), **self.classes.state()}

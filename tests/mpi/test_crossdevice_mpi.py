@@ -2,7 +2,8 @@
 ranks equals gathering every client's model and averaging, on 1, 2 and 3 trainer ranks, for FedAvg and FedAvgM
 (float64, 1e-9), and so do SCAFFOLD (client states shipped by the server), MIME-lite (extra payloads) and PFM
 (M rebuilt on every trainer rank), which resume bitwise from a checkpoint, and SCAFFOLD with each rank's clients
-trained as one batch (clients.cohort=vectorised); a run's test accuracy rises, and the run resumed from a
+trained as one batch (clients.cohort=vectorised); a run's test accuracy rises, its evaluation shared by the
+server and the trainer ranks logs the one-rank evaluation's numbers exactly, and the run resumed from a
 checkpoint ends the same."""
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import pytest
 import torch
 
 from crossdevice_harness import CONFIG, simulate
+from fedmpi.config import load_config
+from fedmpi.core.build import build_parts
+from fedmpi.crossdevice.client_data import open_client_data
+from fedmpi.crossdevice.evaluation import test_accuracy as one_rank_accuracy
 from fedmpi.store.checkpoint import read_part, round_folder_name
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
@@ -72,7 +77,8 @@ def test_reduction_equals_gather_then_average_on_1_2_3_trainer_ranks(tmp_path):
 
 SHRUNK = ["clients.population=10", "clients.images=100", "clients.train_images=1000", "clients.test_images=300",
           "clients.fraction=0.4", "clients.epochs=2", "clients.alpha=100", "clients.rounds=10", "optim.batch_size=20",
-          "optim.lr=0.1", "eval.every=5", "checkpoint.every=4", "run.device=cpu", "run.deterministic=true"]
+          "optim.lr=0.1", "eval.every=5", "eval.batch_size=40", "checkpoint.every=4", "run.device=cpu",
+          "run.deterministic=true"]
 
 
 def test_hsu_config_shrunk_accuracy_rises_and_a_resumed_run_ends_the_same(tmp_path):
@@ -92,6 +98,19 @@ def test_hsu_config_shrunk_accuracy_rises_and_a_resumed_run_ends_the_same(tmp_pa
     histogram = np.array(described["histogram"])
     assert histogram.shape == (10, 10) and (histogram.sum(1) == 100).all() and len(described["hash"]) == 16
     assert clients["ids"].shape == (10, 4) and (rounds["bytes_moved"] > 0).all()
+
+    # the test set's 8 batches were scored by the server and the 2 trainer ranks (3, 3, 2): the logged numbers
+    # are the one-rank evaluation of the final Θ, to the bit (one thread, as the ranks ran)
+    cfg = load_config(CONFIG, [*SHRUNK, f"data.root={tmp_path / 'data'}"])
+    parts = build_parts(cfg, torch.device("cpu"), torch.float32)
+    parts.state.write(torch.load(tmp_path / "run.pt")["theta"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_rank = one_rank_accuracy(parts.model, open_client_data(cfg), 0, 40, torch.device("cpu"), torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    assert (ev["test/accuracy"][-1], ev["test/loss"][-1]) == one_rank
 
     # the same run resumed after round 8 (its checkpoint restores Theta, FedAvgM's velocity and the sampler)
     resumed = mpirun(3, [*common, "log.name=run", "--resume", str(tmp_path / "run" / "ckpt" / "round_000008"),

@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
+from fedmpi.crossdevice import client_data
 from fedmpi.data import DataError
 from fedmpi.data.cifar import ImageSet, load_cifar10, read_batch, write_cifar10
 from fedmpi.data.synthetic_cifar import generate, synthetic_cifar_folder
@@ -130,3 +131,12 @@ def test_augmentation_is_off_by_default_and_keeps_shapes():
     a = augment(x, torch.Generator().manual_seed(0))
     b = augment(x, torch.Generator().manual_seed(0))
     assert a.shape == x.shape and torch.equal(a, b) and not torch.equal(a, x)
+
+
+def test_channel_stats_are_numpys_mean_to_the_bit_and_its_std_to_the_last_bit():
+    images = np.random.default_rng(1).integers(0, 256, (3000, 3, 32, 32), dtype=np.uint8)
+    images[:, 2] //= 3      # channels of different spread
+    mean, std = client_data.channel_stats(images, chunk=700)
+    scaled = images.reshape(len(images), 3, -1)
+    assert np.array_equal(mean, np.array([scaled[:, ch].mean() for ch in range(3)]) / 255)
+    np.testing.assert_allclose(std, np.array([scaled[:, ch].std() for ch in range(3)]) / 255, rtol=4e-16, atol=0)
