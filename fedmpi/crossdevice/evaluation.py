@@ -7,7 +7,7 @@ import sys
 import torch
 
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.crossdevice.test_shares import batch_scores, server_totals, test_count, totals
+from fedmpi.crossdevice.evaluation_shares import batch_scores, server_totals, test_count, totals
 
 EVAL_COLUMNS = {"round": ((), "i8"), "step": ((), "i8"), "test/accuracy": ((), "f8"), "test/loss": ((), "f8")}
 
@@ -32,7 +32,7 @@ class ExampleCounts:
 class TestAccuracy:
     """The side work of a cross-device run: the test accuracy of Θ when an evaluation is due (nothing runs
     while the clients train: the evaluation needs the round's Θ), the test batches shared with the trainer
-    ranks (test_shares.py)."""
+    ranks (evaluation_shares.py)."""
     uploads_kept = 0
     what = "test accuracy"       # the score's name in the progress line and the closing summary
 
@@ -59,7 +59,7 @@ class TestAccuracy:
 
     def measure(self) -> tuple[float, dict, str]:
         """(the score, the log's /eval columns, the evaluation line) of the model now in parts.model (Θ, which
-        the trainer ranks score their shares of: test_shares.py)."""
+        the trainer ranks score their shares of: evaluation_shares.py)."""
         s, cfg = self.setting, self.setting.cfg
         accuracy, loss = server_totals(s)
         return accuracy, {"test/accuracy": accuracy, "test/loss": loss}, \

@@ -12,7 +12,7 @@ from fedmpi.crossdevice.album_clusters import ClientKit
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.secure_clients import SecureClients
-from fedmpi.crossdevice.test_shares import TrainerShare
+from fedmpi.crossdevice.evaluation_shares import TrainerShare
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
 from fedmpi.store.checkpoint import copy_into, read_manifest, read_part

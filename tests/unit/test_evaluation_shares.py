@@ -1,4 +1,4 @@
-"""The CIFAR clients' test evaluation shared over ranks (crossdevice/test_shares.py): every batch scored exactly
+"""The CIFAR clients' test evaluation shared over ranks (crossdevice/evaluation_shares.py): every batch scored exactly
 once, in batch order, so the shares' totals are the one-rank evaluation's to the bit."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedmpi.crossdevice import evaluation
-from fedmpi.crossdevice.test_shares import batch_scores, share, totals
-from fedmpi.crossdevice.test_shares import test_count as count
+from fedmpi.crossdevice.evaluation_shares import batch_scores, share, totals
+from fedmpi.crossdevice.evaluation_shares import test_count as count
 from fedmpi.models.cifar_cnn import CifarCNN
 
 
