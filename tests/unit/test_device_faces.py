@@ -322,3 +322,18 @@ def test_a_client_whose_upload_is_left_out_is_left_out_of_the_class_step(name):
     assert torch.equal(store.rows[seen], expected)
     assert classes.row["clients_seen"] == 4
     assert classes.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(expected), abs=1e-12)
+
+
+def test_a_face_client_loss_of_about_0_at_the_first_round_is_said_once_with_what_to_change():
+    """An untrained start maps every face close to one direction, so each w_c (its owner's normalised feature sum)
+    already meets ν_pos: the launch's first round says so in one line; a loss that trains says nothing."""
+    from types import SimpleNamespace
+
+    from fedmpi.crossdevice.face_clients import idle_loss_line
+
+    cfg = SimpleNamespace(clients=SimpleNamespace(positive_margin=0.9))
+    assert idle_loss_line(cfg, 0, 3.1234e-4) == (
+        "clients' loss 3.12e-04 at round 1: the class rows already meet ν_pos = 0.9 under this start (it maps every "
+        "face close to one direction), so the clients have almost nothing to learn; start from a model that tells "
+        "faces apart (model.init=FILE, README: 'A phone per person') or raise clients.positive_margin")
+    assert idle_loss_line(cfg, 0, 0.012) == "" and idle_loss_line(cfg, 4, float("nan")) == ""
