@@ -41,7 +41,7 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q fedmpi jobs tools
 
 demo: $(STAMP) bytecode
-	$(VENV)/bin/mpirun --bind-to none -n $$($(PY) -m fedmpi.layout --config configs/demo_cpu.yaml | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["world"])') \
+	$(VENV)/bin/mpirun --bind-to none -n $$($(PY) -m fedmpi.layout --world --config configs/demo_cpu.yaml) \
 		$(PY) -m fedmpi.run --config configs/demo_cpu.yaml $(ARGS)
 
 # The large-scale benchmarks end to end on synthetic IJB-B/IJB-C/MegaFace releases: a short demo run evaluates

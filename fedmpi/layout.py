@@ -5,7 +5,8 @@ runs (clients.population > 0) have one group `clients` of clients.ranks trainer 
 of the sampled clients.
 
 `python -m fedmpi.layout [--config F] [key=val ...]` prints the layout a config needs, as JSON (the Slurm scripts
-size their allocation with it)."""
+size their allocation with it); with `--world`, only the number of ranks (what `mpirun -n` takes: `make demo`; the
+plan is left to the launch, which states it)."""
 from __future__ import annotations
 
 import argparse
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m fedmpi.layout", description=__doc__)
     parser.add_argument("--config", default=None)
+    parser.add_argument("--world", action="store_true", help="print only the number of MPI ranks the config needs")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. fed.K=400")
     args = parser.parse_args(argv)
     try:
@@ -109,6 +111,9 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.world:
+        print(layout.world_size, flush=True)
+        return 0
     print(json.dumps(layout.as_dict()), flush=True)
     print_plan(cfg, sys.stderr)
     return 0

@@ -7,6 +7,12 @@ import time
 import numpy as np
 
 
+def loss_text(value: float) -> str:
+    """A loss with the digits it has: 3 decimals from 0.1 up (14.395), 3 significant digits below (2.31e-04, where
+    3 decimals would print 0.000)."""
+    return f"{value:.3f}" if value == 0 or not np.isfinite(value) or abs(value) >= 0.1 else f"{value:.2e}"
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rem = divmod(seconds, 3600)
@@ -32,7 +38,7 @@ class Progress:
             self.first_loss, self.first_round = loss.copy(), done
         self.last_loss, self.last_round = loss.copy(), done
         eta = wall_time / done * (self.rounds - done)
-        losses = " ".join(f"{name} {value:.3f}" for name, value in zip(self.parties, loss))
+        losses = " ".join(f"{name} {loss_text(value)}" for name, value in zip(self.parties, loss))
         self.stream.write(f"round {done}/{self.rounds}  loss {losses}  {images_per_s:.0f} img/s  "
                           f"elapsed {_duration(wall_time)}  eta {_duration(eta)}{'  ' + note if note else ''}\n")
         self.stream.flush()
@@ -41,7 +47,7 @@ class Progress:
         out = [f"log: {log_path}"]
         if self.first_loss is not None:
             for name, a, b in zip(self.parties, self.first_loss, self.last_loss):
-                out.append(f"  {name}: loss {a:.3f} (round {self.first_round}) -> {b:.3f} "
+                out.append(f"  {name}: loss {loss_text(a)} (round {self.first_round}) -> {loss_text(b)} "
                            f"(round {self.last_round})")
         out.append(f"  wall time {_duration(time.time() - self.started)}")
         if extra:

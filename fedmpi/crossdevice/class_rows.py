@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from fedmpi.core.seams import NoClasses
+from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
 COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
@@ -28,10 +29,10 @@ class DeviceKit:
         self.store, self.d, self.exchange = store, d, exchange     # exchange: the ClientExchange (the relay's)
 
     def nothing(self) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, None)
+        return DeviceRows(self.store, self.d, None, self.exchange)
 
     def rows(self, part) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, part)
+        return DeviceRows(self.store, self.d, part, self.exchange)
 
     def summaries(self, part):
         from fedmpi.crossdevice.cluster_relay import ClusterRelay
@@ -41,15 +42,20 @@ class DeviceKit:
 
 class DeviceRows(NoClasses):
     """The rows of the clients seen so far, stepped on by `part` (None: kept as the clients sent them). Nothing
-    travels here (NoClasses' post, wait and bytes: the exchange counts the rows with the clients' states)."""
+    travels here (NoClasses' post, wait and bytes: the exchange counts the rows with the clients' states). A client
+    whose upload the server's check left out (`excluded`, in the order of the exchange's sampled `clients`) is left
+    out of the round's class step, as a party is in the silo (silo/server_classes.py): the rows it sent are not
+    stored, so they neither move nor push the others; it keeps its last good rows."""
 
-    def __init__(self, store, d: int, part):
-        self.store, self.d, self.part = store, d, part
+    def __init__(self, store, d: int, part, exchange=None):
+        self.store, self.d, self.part, self.exchange = store, d, part, exchange
         self.row: dict | None = None
         self.total = None    # Σ ŵ over the seen rows (float64), kept up to date with the rows a round changes
 
     def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
         store = self.store
+        if self.exchange is not None:
+            store.leave_out(excluded_clients(self.exchange.clients, excluded))
         seen = store.seen.nonzero().flatten()
         per = store.rows.shape[1] // self.d
         everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back

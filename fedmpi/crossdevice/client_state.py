@@ -8,6 +8,7 @@ the server keeps W for all M clients in one dense table, `ClientStore.rows`, and
 sampled; a row of zeros is one not yet initialised, which the device fills from its images)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedmpi.aggregation.class_payload_check import out_of_range
@@ -68,6 +69,7 @@ class ClientStore:
         self.pool = None      # PrivacyFace's relayed clusters (crossdevice/cluster_pool.py), checkpointed here
         self.returned: list[int] = []     # the clients whose rows the latest round stored (the round's anchors)
         self.replaced = self.rows[:0]     # the rows they replaced
+        self.were_seen = self.seen[:0]    # and whether those were rows a client had sent (else zeros, never seen)
 
     def get(self, k: int) -> torch.Tensor:
         rule = self.states.get(int(k), self.initial[:self.layout.rule_numel])
@@ -95,12 +97,26 @@ class ClientStore:
                if self.layout.rows_numel else [None] * len(whole))
         if self.layout.rows_numel:     # whose rows this round stores, and the rows they replace (zeros: first seen)
             self.returned = [int(k) for (k, _), reason in zip(whole, why) if reason is None]
-            self.replaced = self.rows[self.returned]
+            self.replaced, self.were_seen = self.rows[self.returned], self.seen[self.returned]
         for (k, flat), reason in zip(whole, why):
             if reason:
                 print(f"round {r + 1}: the class embeddings of client {k} are {reason}: left out, its last good "
                       f"rows kept", flush=True)
             self.put(k, flat, rows_kept=reason is None)
+
+    def leave_out(self, clients: set[int]) -> None:
+        """Take back the rows the latest round stored for `clients` (those whose upload the server's check left
+        out, as the silo leaves a party out of its class step): each gets its last good rows back (zeros and not
+        seen where it had none), so that the round's class step neither moves nor pushes against what it sent."""
+        back = [i for i, k in enumerate(self.returned) if k in clients]
+        if not back:
+            return
+        for i in back:
+            k = self.returned[i]
+            self.rows[k], self.seen[k] = self.replaced[i], self.were_seen[i]
+        kept = [i for i in range(len(self.returned)) if i not in set(back)]
+        self.returned = [self.returned[i] for i in kept]
+        self.replaced, self.were_seen = self.replaced[kept], self.were_seen[kept]
 
     def state_dict(self) -> dict:
         ids = sorted(self.states)
@@ -128,6 +144,14 @@ class ClientStore:
                 raise ValueError("checkpoint: it keeps no relayed clusters (a run of another method); this run "
                                  "relays PrivacyFace's")
             self.pool.load_state_dict(state["pool"])
+
+
+def excluded_clients(clients, excluded) -> set[int]:
+    """The clients (of the round's sampled `clients`, in their order) whose upload the server's check left out:
+    `excluded` [clients] bool (aggregation/upload_check.py), or None where it checked none."""
+    if excluded is None or len(excluded) != len(clients):
+        return set()
+    return set(np.asarray(clients)[np.asarray(excluded, bool)].tolist())
 
 
 def client_store(algorithm, params: list[torch.Tensor], population: int = 0, rows: int = 0,

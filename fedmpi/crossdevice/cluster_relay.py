@@ -15,6 +15,7 @@ from fedmpi.comm import p2p
 from fedmpi.comm.message_end import mark_end, reached_end
 from fedmpi.comm.receives import ReceivesInBackground
 from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
+from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.crossdevice.cluster_pool import ClusterPool
 from fedmpi.crossdevice.sampler import assign_to_ranks
 
@@ -74,9 +75,7 @@ class ClusterRelay:
         owners = [k for k in self.order for _ in range(self.pool.Q)]
         looked = [i for i in range(rows.shape[0]) if bool(rows[i, -1] != 0) or not bool(torch.isfinite(rows[i]).all())]
         why = dict(zip(looked, out_of_range([rows[i] for i in looked], self.store.norm_ratio)))
-        clients = self.exchange.clients      # the check's verdicts follow the sampled clients' order
-        dropped = (set(clients[excluded].tolist()) if excluded is not None and len(excluded) == len(clients)
-                   else set())
+        dropped = excluded_clients(self.exchange.clients, excluded)
         count = short
         for i in looked:
             if why[i]:

@@ -61,6 +61,7 @@ class ClientExchange:
         self._work: list = []
         self._returning: list[tuple[int, torch.Tensor, object]] = []
         self._down_bytes = 0
+        self.first_loss_line = None     # (r, loss) -> a line on the launch's first round's loss, or '' (the faces')
 
     @property
     def rows(self) -> torch.Tensor | None:
@@ -159,7 +160,12 @@ class ClientExchange:
         if self.log is not None:
             self.log.append("clients", round=r, ids=self.clients)
         examples = sum(s["examples"] for s in stats)
-        return RoundStats(loss=np.array([sum(s["loss_sum"] for s in stats) / max(examples, 1)]),
+        loss = sum(s["loss_sum"] for s in stats) / max(examples, 1)
+        if self.first_loss_line is not None:
+            line, self.first_loss_line = self.first_loss_line(r, loss), None
+            if line:
+                print(line, flush=True)
+        return RoundStats(loss=np.array([loss]),
                           images=np.array([float(sum(s["images"] for s in stats))]),
                           seconds=np.array([max(s["seconds"] for s in stats)]),
                           bad_records=np.zeros(1, dtype=np.int64))

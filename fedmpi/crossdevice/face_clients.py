@@ -34,6 +34,23 @@ class FaceClients:
         return x, y
 
 
+IDLE_LOSS = 1e-3      # a positive-only loss below this at a launch's first round: the rows already met ν_pos
+
+
+def idle_loss_line(cfg, r: int, loss: float) -> str:
+    """One line where the face clients' loss is ~0 from the first round: w_c starts as the normalised sum of its
+    owner's unit features under the start, and a start that maps every face close to one direction (an untrained
+    backbone) gives ŵ_c·f̂(x) ≥ ν_pos for every image, so (max(0, ν_pos − ŵ_c·f̂(x)))² has nothing to pull."""
+    if not 0 <= loss < IDLE_LOSS:
+        return ""
+    from fedmpi.core.progress import loss_text
+
+    return (f"clients' loss {loss_text(loss)} at round {r + 1}: the class rows already meet ν_pos = "
+            f"{cfg.clients.positive_margin:g} under this start (it maps every face close to one direction), so the "
+            f"clients have almost nothing to learn; start from a model that tells faces apart (model.init=FILE, "
+            f"README: 'A phone per person') or raise clients.positive_margin")
+
+
 def face_partition(labels: np.ndarray, population: int, per_client: int) -> list[np.ndarray]:
     """Client c's image indices: those of identities [c·per_client, (c+1)·per_client)."""
     owner = labels // per_client

@@ -5,6 +5,8 @@ accuracy of Θ, or its held-out verification, on the evaluation schedule of ever
 loop is the one every setting runs."""
 from __future__ import annotations
 
+from functools import partial
+
 from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
 from fedmpi.crossdevice.class_rows import DeviceKit, columns as class_columns
@@ -13,6 +15,7 @@ from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.cluster_relay import what_leaves
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
+from fedmpi.crossdevice.face_clients import idle_loss_line
 from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.core.secure_uploads import session_line
 from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
@@ -59,14 +62,20 @@ class CrossDeviceSetting:
             self.uploads = SecureClientExchange(self.cfg, trainers, client_group(trainers), ctx.control, self.sampler,
                                                 self.data.sizes(), up_numel, parts.state.numel, parts.device,
                                                 parts.dtype, log=log)
-            return self.uploads
+            return self.told_of_idle_loss(self.uploads)
         self.uploads = ClientExchange(trainers, client_group(trainers), ctx.control, self.sampler, self.data.sizes(),
                                       up_numel, parts.device, parts.dtype, log=log,
                                       store=client_store(parts.rule, parts.state.trainable, len(self.data.parts),
                                                          self.data.per_client * self.cfg.model.embedding_size,
                                                          self.cfg.fed.upload_check.norm_ratio),
                                       every_upload=parts.every_upload)
-        return self.uploads
+        return self.told_of_idle_loss(self.uploads)
+
+    def told_of_idle_loss(self, exchange: ClientExchange) -> ClientExchange:
+        """Face clients: the launch's first round says in one line when their loss is ~0 (face_clients.py)."""
+        if self.cfg.clients.face_clients:
+            exchange.first_loss_line = partial(idle_loss_line, self.cfg)
+        return exchange
 
     def class_exchange(self, part):
         """The face clients' class embeddings (crossdevice/class_rows.py), the method's class part stepping on

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from fedmpi.store.disk_full import DiskFull
 from fedmpi.store.manifest import (FORMAT, MANIFEST, ROUND_FOLDER, SERVER_PART, VERSION, Part,  # noqa: F401
                                    ResumeError, check_complete, latest_complete, list_checkpoints, party_part,
                                    prune, read_manifest, read_part, remove_checkpoint, resolve_checkpoint,
@@ -78,14 +79,34 @@ class Checkpointer:
                 leftover.unlink(missing_ok=True)
         mpicomm.bcast(None, what="checkpoint go-ahead (server + trainers)", **bounded)
         rank = self.comm.Get_rank()
-        written = [write_part(folder, name, tree, {"round": rounds_done, "step": step}, rank)
-                   for name, tree in parts.items()]
+        try:
+            written = [write_part(folder, name, tree, {"round": rounds_done, "step": step}, rank)
+                       for name, tree in parts.items()]
+        except DiskFull as exc:    # said once, by the server, after every rank has tried: not a failed collective
+            written = exc
         everyone = mpicomm.gather(written, what="checkpoint parts written (server + trainers)", **bounded)
         if self.is_root:
+            full = [str(w) for w in everyone if isinstance(w, DiskFull)]
+            if full:
+                self.disk_full(folder, rounds_done, full)
             all_parts = [p for ps in everyone for p in ps]
-            write_manifest(folder, rounds_done, step, all_parts, self.meta)
+            try:
+                write_manifest(folder, rounds_done, step, all_parts, self.meta)
+            except DiskFull as exc:
+                self.disk_full(folder, rounds_done, [str(exc)])
             prune(self.directory, self.cfg.checkpoint.keep, written=folder)
             size = sum(p.size for p in all_parts)
             self.stream.write(f"  checkpoint {folder} ({len(all_parts)} parts, {size / 2**20:.1f} MiB)\n")
             self.stream.flush()
         return folder
+
+    def disk_full(self, folder: Path, rounds_done: int, failures: list[str]) -> None:
+        """End the run in one line: the checkpoint of round `rounds_done` did not fit on its volume. Its folder is
+        removed (it can never be resumed from, and it holds space); the newest complete one is kept and named."""
+        remove_checkpoint(folder)
+        newest = latest_complete(self.directory)
+        kept = (f"the newest complete checkpoint, {newest}, is intact (--resume auto continues from it)" if newest
+                else "no complete checkpoint was written")
+        raise DiskFull(f"round {rounds_done}: the disk is full: the checkpoint {folder} could not be written "
+                       f"({failures[0]}{f'; {len(failures) - 1} more ranks likewise' if len(failures) > 1 else ''}); "
+                       f"{kept}; free space there or set checkpoint.dir")

@@ -19,6 +19,7 @@ from typing import Callable
 import h5py
 import numpy as np
 
+from fedmpi.store.disk_full import DiskFull, free_space, is_disk_full, quiet_h5py_close
 from fedmpi.store.errors import ResumeError
 from fedmpi.store.tree import read_tree, write_tree
 
@@ -66,15 +67,29 @@ def write_part(folder: Path, name: str, tree: dict, attrs: dict, rank: int) -> P
     """Write one part under a temporary name, fsync, rename; returns its size and sha256 for the manifest."""
     final = folder / name
     tmp = folder / f".{name}.tmp-{os.getpid()}"
-    with h5py.File(tmp, "w", track_order=True) as f:
+    try:
+        with quiet_h5py_close():
+            _write_h5(tmp, tree, attrs)
+        _fsync(tmp)
+        size, digest = tmp.stat().st_size, _sha256(tmp)
+        os.replace(tmp, final)
+        _fsync(folder)
+    except (OSError, RuntimeError) as exc:
+        if not is_disk_full(exc):
+            raise
+    else:
+        return Part(name, size, digest, rank, socket.gethostname())
+    with quiet_h5py_close():        # the failed write's h5py objects, released with its exception
+        pass
+    tmp.unlink(missing_ok=True)
+    raise DiskFull(f"{final}: no space left on the device ({free_space(folder)})")
+
+
+def _write_h5(path: Path, tree: dict, attrs: dict) -> None:
+    with h5py.File(path, "w", track_order=True) as f:
         f.attrs.update({"format": FORMAT, "version": VERSION, **attrs})
         for key, value in tree.items():
             write_tree(f, key, value)
-    _fsync(tmp)
-    size, digest = tmp.stat().st_size, _sha256(tmp)
-    os.replace(tmp, final)
-    _fsync(folder)
-    return Part(name, size, digest, rank, socket.gethostname())
 
 
 def read_part(path: Path, keys: tuple[str, ...] | None = None) -> dict:
@@ -185,10 +200,16 @@ def write_manifest(folder: Path, rounds_done: int, step: int, parts: list[Part],
                 "parts": {p.name: {"size": p.size, "sha256": p.sha256, "rank": p.rank, "node": p.node}
                           for p in sorted(parts, key=lambda p: p.rank)}}
     tmp = folder / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    _fsync(tmp)
-    os.replace(tmp, folder / MANIFEST)
-    _fsync(folder)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+        _fsync(tmp)
+        os.replace(tmp, folder / MANIFEST)
+        _fsync(folder)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        tmp.unlink(missing_ok=True)
+        raise DiskFull(f"{folder / MANIFEST}: no space left on the device ({free_space(folder)})") from None
 
 
 def remove_checkpoint(folder: Path) -> None:

@@ -83,6 +83,45 @@ def test_a_nan_loss_stops_the_run_naming_the_round_and_the_uploads_and_keeps_the
         assert "lr: 1.0e+30" in log.config_yaml
 
 
+@pytest.fixture
+def small_volume(reference, tmp_path):
+    """A tmpfs that holds two and a half of the reference's checkpoints (so a run that checkpoints every round with
+    keep 2 fills it at round 3), unmounted afterwards; skipped where mounting needs a privilege this user lacks."""
+    one = sum(p.stat().st_size for p in (reference.ckpt / "round_000003").iterdir())
+    volume = tmp_path / "small"
+    volume.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(2.5 * one) // 1024}k", "tmpfs", str(volume)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small volume needs mount -t tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield volume
+    finally:
+        subprocess.run(["umount", str(volume)], capture_output=True)
+
+
+def test_a_disk_that_fills_during_a_checkpoint_says_so_once_naming_the_path_and_keeps_the_newest(reference,
+                                                                                                 small_volume,
+                                                                                                 tmp_path):
+    """A full disk is not a failed collective: the server says once, with no traceback, that the checkpoint of
+    round 3 did not fit, names its folder and the newest complete checkpoint, which stays intact; the job ends
+    non-zero."""
+    run = sibling_run(reference, tmp_path, "full")
+    ckpt = small_volume / "ck"
+    result = run.launch("checkpoint.every=1", f"checkpoint.dir={ckpt}")
+    assert result.returncode != 0, result.stdout + result.stderr
+    lines, at = error_lines(result.stderr), re.escape(str(ckpt))
+    assert len(lines) == 1 and re.fullmatch(
+        rf"rank 0 \(server\): DiskFull: round 3: the disk is full: the checkpoint {at}/round_000003 could not be "
+        rf"written \({at}/round_000003/\S+\.h5: no space left on the device \(.* free of .*\).*\); the newest "
+        rf"complete checkpoint, {at}/round_000002, is intact \(--resume auto continues from it\); free space "
+        rf"there or set checkpoint\.dir", lines[0]), result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    assert "CommFailure" not in result.stderr
+    assert [r for r, _ in ck.list_checkpoints(ckpt)] == [1, 2]
+    ck.check_complete(ckpt / "round_000002")
+
+
 # ---------------------------------------------------------------- bad inputs
 
 

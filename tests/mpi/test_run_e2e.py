@@ -43,3 +43,4 @@ def test_demo_layout_loss_falls_and_the_upload_check_raises_nothing(tmp_path):
     # honest parties: every update norm measured, none out of range (the default fed.upload_check)
     assert np.isfinite(rounds["update_norm"]).all() and not rounds["uploads_excluded"].any()
     assert "out of range" not in out.stdout
+    assert out.stdout.count("plan:") == 1, out.stdout        # `make demo`'s rank count states none (test_own_parties)

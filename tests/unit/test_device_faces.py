@@ -287,3 +287,62 @@ def test_the_collapse_measure_kept_from_the_rows_a_round_changes_equals_it_over_
     resumed.step(8, 0.1, {})
     assert resumed.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(store.rows[seen].reshape(-1, 3)),
                                                        abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["fedaws", "fedaws-all", "fedavg"])
+def test_a_client_whose_upload_is_left_out_is_left_out_of_the_class_step(name):
+    """As a party in the silo: the rows a client sent in a round whose upload the server's check left out are not
+    stored (a first-seen client stays unseen, zeros; a returning one keeps its last good rows) and take no part in
+    the round's step: not an anchor, not a negative of another; the other clients' rows are stepped on as if it had
+    not been sampled."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedmpi.algorithms.fedavg import FedAvg
+    from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
+    from fedmpi.algorithms.spreadout import spreadout_step
+    from fedmpi.algorithms.spreadout_round import round_spreadout_step
+    from fedmpi.crossdevice.class_rows import DeviceKit
+    from fedmpi.crossdevice.client_state import client_store
+
+    rule = {"fedavg": FedAvg(), "fedaws": FedAwS(FedAwSOptions(lr_scale=5.0)),
+            "fedaws-all": FedAwS(FedAwSOptions(lr_scale=5.0, rows="all"))}[name]
+    g = torch.Generator().manual_seed(7)
+    d = 3
+    close = torch.tensor([1.0, 0.2, 0.0]) + 0.1 * torch.randn(6, d, generator=g)
+    store = client_store(FedAvg(), [torch.zeros(1)], population=6, rows=d)
+    exchange = SimpleNamespace(clients=np.array([0, 2, 3]))
+    classes = rule.classes.server_side(DeviceKit(store, d, exchange))
+    store.put_round(0, [(k, close[k]) for k in (0, 2, 3)])
+    classes.step(0, 0.1, {}, np.zeros(3, bool))
+    before = store.rows.clone()
+    exchange.clients = np.array([1, 2, 4])                 # 1: first seen, 2: returning, both left out
+    store.put_round(1, [(k, close[k] + 0.5) for k in (4, 1, 2)])     # the states return in rank order
+    classes.step(1, 0.1, {}, np.array([True, True, False]))
+    seen = [0, 2, 3, 4]
+    assert store.seen.nonzero().flatten().tolist() == seen
+    assert (store.rows[[1, 5]] == 0).all()
+    expected = torch.cat([before[[0, 2, 3]], close[4:5] + 0.5])
+    if name == "fedaws":
+        round_spreadout_step(expected, torch.tensor([3]), 0.5, 0.4)
+    elif name == "fedaws-all":
+        spreadout_step(expected, 0.5, 0.4)
+    assert torch.equal(store.rows[seen], expected)
+    assert classes.row["clients_seen"] == 4
+    assert classes.row["mean_cosine"] == pytest.approx(mean_pairwise_cosine(expected), abs=1e-12)
+
+
+def test_a_face_client_loss_of_about_0_at_the_first_round_is_said_once_with_what_to_change():
+    """An untrained start maps every face close to one direction, so each w_c (its owner's normalised feature sum)
+    already meets ν_pos: the launch's first round says so in one line; a loss that trains says nothing."""
+    from types import SimpleNamespace
+
+    from fedmpi.crossdevice.face_clients import idle_loss_line
+
+    cfg = SimpleNamespace(clients=SimpleNamespace(positive_margin=0.9))
+    assert idle_loss_line(cfg, 0, 3.1234e-4) == (
+        "clients' loss 3.12e-04 at round 1: the class rows already meet ν_pos = 0.9 under this start (it maps every "
+        "face close to one direction), so the clients have almost nothing to learn; start from a model that tells "
+        "faces apart (model.init=FILE, README: 'A phone per person') or raise clients.positive_margin")
+    assert idle_loss_line(cfg, 0, 0.012) == "" and idle_loss_line(cfg, 4, float("nan")) == ""

@@ -97,6 +97,18 @@ def test_every_file_a_config_names_is_checked_by_its_setting(packed, tmp_path):
             check_files(load_config(ROOT / "configs" / "demo_cpu.yaml", overrides.split()))
 
 
+def test_make_demo_asks_the_layout_for_its_rank_count_alone():
+    """`make demo` sizes its mpirun with the layout (its recipe as `make -n` prints it, run as the shell would): the
+    count alone, no plan on stderr, which the launch states once itself (tests/mpi/test_run_e2e.py)."""
+    import re
+
+    recipe = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", "bytecode", "demo"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=60).stdout.splitlines()[0]
+    query = re.search(r"-n \$\((.*)\) \\$", recipe).group(1)
+    out = subprocess.run(["bash", "-c", query], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "5\n", "")
+
+
 def test_layout_prints_each_party_s_images_steps_and_the_rounds(packed):
     argv = my_parties(packed, batch_size=8, epochs=4, milestones="[3]")
     out = subprocess.run([sys.executable, "-m", "fedmpi.layout", *argv], capture_output=True, text=True, cwd=ROOT,
