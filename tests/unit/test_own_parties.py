@@ -102,8 +102,9 @@ def test_make_demo_asks_the_layout_for_its_rank_count_alone():
     count alone, no plan on stderr, which the launch states once itself (tests/mpi/test_run_e2e.py)."""
     import re
 
-    recipe = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", "bytecode", "demo"], capture_output=True,
-                            text=True, cwd=ROOT, timeout=60).stdout.splitlines()[0]
+    # --no-print-directory: under `make test` this make is a sub-make, which would print "Entering directory" first
+    recipe = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "-o", "bytecode", "demo"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60).stdout.splitlines()[0]
     query = re.search(r"-n \$\((.*)\) \\$", recipe).group(1)
     out = subprocess.run(["bash", "-c", query], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (out.returncode, out.stdout, out.stderr) == (0, "5\n", "")
