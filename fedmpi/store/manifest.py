@@ -19,7 +19,7 @@ from typing import Callable
 import h5py
 import numpy as np
 
-from fedmpi.store.disk_full import DiskFull, free_space, is_disk_full, quiet_h5py_close
+from fedmpi.store.disk_full import DiskFull, free_space, is_disk_full
 from fedmpi.store.errors import ResumeError
 from fedmpi.store.tree import read_tree, write_tree
 
@@ -67,29 +67,30 @@ def write_part(folder: Path, name: str, tree: dict, attrs: dict, rank: int) -> P
     """Write one part under a temporary name, fsync, rename; returns its size and sha256 for the manifest."""
     final = folder / name
     tmp = folder / f".{name}.tmp-{os.getpid()}"
+    image = _h5_image(tree, attrs)
     try:
-        with quiet_h5py_close():
-            _write_h5(tmp, tree, attrs)
+        with open(tmp, "wb") as out:
+            out.write(image)
         _fsync(tmp)
-        size, digest = tmp.stat().st_size, _sha256(tmp)
         os.replace(tmp, final)
         _fsync(folder)
-    except (OSError, RuntimeError) as exc:
+    except OSError as exc:
         if not is_disk_full(exc):
             raise
-    else:
-        return Part(name, size, digest, rank, socket.gethostname())
-    with quiet_h5py_close():        # the failed write's h5py objects, released with its exception
-        pass
-    tmp.unlink(missing_ok=True)
-    raise DiskFull(f"{final}: no space left on the device ({free_space(folder)})")
+        tmp.unlink(missing_ok=True)
+        raise DiskFull(f"{final}: no space left on the device ({free_space(folder)})") from None
+    return Part(name, len(image), hashlib.sha256(image).hexdigest(), rank, socket.gethostname())
 
 
-def _write_h5(path: Path, tree: dict, attrs: dict) -> None:
-    with h5py.File(path, "w", track_order=True) as f:
+def _h5_image(tree: dict, attrs: dict) -> bytes:
+    """The part's HDF5 file, built in memory: the disk is then written by Python alone, so that a full volume is an
+    OSError(ENOSPC) and never a failed HDF5 flush, whose open objects can crash the rank when they are closed."""
+    with h5py.File(f"part-{os.getpid()}", "w", driver="core", backing_store=False, track_order=True) as f:
         f.attrs.update({"format": FORMAT, "version": VERSION, **attrs})
         for key, value in tree.items():
             write_tree(f, key, value)
+        f.flush()
+        return f.id.get_file_image()
 
 
 def read_part(path: Path, keys: tuple[str, ...] | None = None) -> dict:

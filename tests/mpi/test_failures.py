@@ -100,9 +100,6 @@ def small_volume(reference, tmp_path):
         subprocess.run(["umount", str(volume)], capture_output=True)
 
 
-@pytest.mark.skip(reason="a trainer rank can segfault in HDF5 (H5D_close) when the objects of a part whose flush "
-                         "failed on the full disk are collected: the one-line report then comes with MPI's signal 11 "
-                         "block (seen in 1 of 2 suites); to be fixed before this is claimed")
 def test_a_disk_that_fills_during_a_checkpoint_says_so_once_naming_the_path_and_keeps_the_newest(reference,
                                                                                                  small_volume,
                                                                                                  tmp_path):
