@@ -16,10 +16,12 @@ from fedmpi.core.progress import loss_text
 from fedmpi.crossdevice.face_clients import IDLE_LOSS
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
+from shared_runs import SCRIPT as ONE_LAUNCH
 
 CONFIG = "configs/faces_devices.yaml"
 TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.images_per_identity=8",
-        "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu"]
+        "clients.fraction=0.5", "clients.rounds=12", "eval.every=12", "optim.lr=0.1", "run.device=cpu",
+        "data.val_pairs_per_fold=10"]
 METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"],
            "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"],
            "fedaws-round": ["fed.options.lr_scale=10", "fed.options.rows=round"], "readme": []}
@@ -32,21 +34,31 @@ def readme_command() -> list[str]:
     return list(shown[0][shown[0].index("python") + 1:])
 
 
-def run(tmp_path, name: str):
-    command = readme_command() if name == "readme" else ["-m", "fedmpi.run", "--config", CONFIG]
-    args = [*command, *TINY, *METHODS[name], f"data.root={tmp_path / 'data'}", f"log.dir={tmp_path}",
-            f"log.name={name}"]
-    out = mpirun(3, args, timeout=400)
+def launch(tmp_path) -> dict:
+    """Every method's run in one launch (one start-up of the ranks for all): {name: (stdout, classes, eval, rounds,
+    clients)}."""
+    plan = {}
+    for name in METHODS:
+        command = readme_command() if name == "readme" else ["-m", "fedmpi.run", "--config", CONFIG]
+        assert command[:2] == ["-m", "fedmpi.run"], command
+        plan[name] = [*command[2:], *TINY, *METHODS[name], f"data.root={tmp_path / 'data'}", f"log.dir={tmp_path}",
+                      f"log.name={name}"]
+    (tmp_path / "plan.json").write_text(json.dumps(list(plan.values())))
+    out = mpirun(3, [str(ONE_LAUNCH), str(tmp_path / "plan.json")], timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    with LogReader(tmp_path / name / "log.h5") as log:
-        return out.stdout, log.table("classes"), log.table("eval"), log.table("rounds"), \
-            json.loads(log.f["data"].attrs["clients"])
+    printed = out.stdout.split("=== fedmpi.run ")[1:]
+    assert len(printed) == len(plan), out.stdout[-2000:]
+    runs = {}
+    for name, stdout in zip(plan, printed):
+        with LogReader(tmp_path / name / "log.h5") as log:
+            runs[name] = (stdout, log.table("classes"), log.table("eval"), log.table("rounds"),
+                          json.loads(log.f["data"].attrs["clients"]))
+    return runs
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("faces")
-    return {name: run(tmp, name) for name in METHODS}
+    return launch(tmp_path_factory.mktemp("faces"))
 
 
 def test_positive_only_fedavg_draws_the_class_embeddings_together_and_fedaws_keeps_them_apart(runs):

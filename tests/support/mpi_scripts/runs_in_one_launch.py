@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from mpi4py import MPI
 
 from fedmpi.run import main
 
@@ -25,7 +26,8 @@ def run_all(plan: list[list[str]]) -> int:
         np.random.set_state(fresh[1])
         torch.set_rng_state(fresh[2])
         torch.use_deterministic_algorithms(False)
-        print(f"=== fedmpi.run {' '.join(argv)}", flush=True)
+        if MPI.COMM_WORLD.rank == 0:     # one marker a run, so that a launch's output splits into its runs
+            print(f"=== fedmpi.run {' '.join(argv)}", flush=True)
         code = main(argv)
         if code:
             return code
