@@ -22,7 +22,7 @@ from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table a
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.core.seams import NoClasses
-from fedmpi.silo.benchmarks import log_columns as benchmark_columns
+from fedmpi.evaluation.benchmarks import log_columns as benchmark_columns
 
 
 class CrossDeviceSetting:
