@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi.aggregation.class_payload_check import out_of_range
-from fedmpi.comm import p2p
-from fedmpi.comm.message_end import mark_end, reached_end
-from fedmpi.comm.receives import ReceivesInBackground
+from fedmpi.aggregation.class_payload_check import left_out, wrongly_shaped
+from fedmpi.comm.marked_receives import MarkedReceives
 from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
 from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.crossdevice.cluster_pool import ClusterPool
@@ -35,9 +33,8 @@ class ClusterRelay:
         self.store.pool = self.pool
         self.order: list[int] = []
         self.received = torch.zeros(0)
-        self._work: list = []
+        self.receives = MarkedReceives(ex.device)
         self.row: dict | None = None
-        self._background = torch.device(ex.device).type == "cpu"
 
     def post(self, r: int) -> None:
         """Receive the releases of round r's clients (the exchange sampled them), rank by rank in its order."""
@@ -45,21 +42,15 @@ class ClusterRelay:
         assignment = assign_to_ranks(ex.clients, ex.sizes, len(ex.trainers))
         self.order = [k for ks in assignment for k in ks]
         self.received = torch.zeros(len(self.order), *self.shape, dtype=self.pool.clusters.dtype, device=ex.device)
-        works, i = [], 0
-        for rank, ks in zip(ex.trainers, assignment):
-            for _ in ks:
-                mark_end(self.received[i])       # a release shorter than [Q, width] leaves the mark (left_out)
-                works.append(p2p.irecv(self.received[i], src=rank, group=ex.group, tag=TAG_CLUSTERS))
-                i += 1
-        self._work = [ReceivesInBackground(works)] if self._background and works else works
+        # a release shorter than [Q, width] leaves its buffer's end marked (left_out)
+        sources = [rank for rank, ks in zip(ex.trainers, assignment) for _ in ks]
+        self.receives.post(self.received.unbind(0), sources, ex.group, TAG_CLUSTERS)
 
     def is_complete(self) -> bool:
-        return all(work.is_completed() for work in self._work)
+        return self.receives.is_complete()
 
     def wait(self) -> None:
-        for work in self._work:
-            work.wait()
-        self._work = []
+        self.receives.wait()
 
     def left_out(self, r: int, excluded) -> int:
         """Zero the releases that did not fill their [Q, width] (comm/message_end.py), the released rows that are
@@ -67,15 +58,15 @@ class ClusterRelay:
         server's check left out; returns how many clusters were left out."""
         short = 0
         for k, release in zip(self.order, self.received):
-            if not reached_end(release):
-                print(f"round {r + 1}: the release of client {k} is wrongly shaped (shorter than its "
-                      f"{' x '.join(map(str, release.shape))} values): left out of the relay", flush=True)
+            reason = wrongly_shaped(release)
+            if reason:
+                print(f"round {r + 1}: the release of client {k} is {reason}: left out of the relay", flush=True)
                 release.zero_()
                 short += self.pool.Q
         rows = self.received.view(-1, self.shape[1])
         owners = [k for k in self.order for _ in range(self.pool.Q)]
         looked = [i for i in range(rows.shape[0]) if bool(rows[i, -1] != 0) or not bool(torch.isfinite(rows[i]).all())]
-        why = dict(zip(looked, out_of_range([rows[i] for i in looked], self.store.norm_ratio)))
+        why = dict(zip(looked, left_out([rows[i] for i in looked], self.store.norm_ratio)))
         dropped = excluded_clients(self.exchange.clients, excluded)
         count = short
         for i in looked:

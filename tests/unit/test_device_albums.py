@@ -175,8 +175,8 @@ def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
     relay.received[2, 0, :3] = honest_too[:3]
     assert relay.left_out(4, None) == 1 and not relay.received[2].any()
     out = capsys.readouterr().out
-    assert "round 5: the release of client 5 is wrongly shaped (shorter than its 1 x 5 values): left out of the " \
-           "relay" in out and "cluster released by client 5" not in out
+    assert "round 5: the release of client 5 is wrongly shaped (shorter than the 1 x 5 values the server expects " \
+           "of it): left out of the relay" in out and "cluster released by client 5" not in out
     assert torch.equal(relay.received[0, 0], honest)
 
 
