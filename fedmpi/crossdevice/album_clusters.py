@@ -4,7 +4,7 @@ which kind it holds:
 
   nothing, rows  `KeptRows`       the client's objective (client_objective.py); its rows, if any, travel with its
                                   state (crossdevice/exchange.py); nothing else leaves the rank
-  summaries      `AlbumClusters`  a summary part (class_parts.SummaryPart; PrivacyFace on personal albums, spec §3,
+  summaries      `AlbumClusters`  a summary part (class_parts.SummaryPart; on personal albums, spec §3,
                                   docs/BASELINES.md): each client's loss is the consensus-aware margin softmax over
                                   its own n rows and the relayed summaries (cones) of the other clients (spec §3.4,
                                   `AlbumRows`); after its local steps the part summarises its rows on the device

@@ -4,8 +4,8 @@ rank that trains c, back up after its round) into the store's table W [M, n·d] 
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each identity one party,
 IdentityBounds; the round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only
-those) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP
-clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
+those) or nothing (positive-only FedAvg), or (a `SummaryPart`, on albums) relays the clients'
+summaries to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
 how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse; from Σ ŵ, which a round updates
 with the rows it changed, so that neither the measure nor the round-form step reads all of W when only a cohort's
 rows moved)."""

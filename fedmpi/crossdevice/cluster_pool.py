@@ -1,10 +1,10 @@
 """The pool of a summary part across devices (algorithms/class_parts.py, SummaryPart): the summaries the clients of
-the last `rounds` rounds sent (PrivacyFace's DP clusters, spec §3.3), which the server relays to the next cohort as
+the last `rounds` rounds sent (DP clusters, spec §3.3, say), which the server relays to the next cohort as
 negatives (spec §3.4). Fixed size, so that one broadcast moves it (every rank the same shapes): `rounds` slots of
 cohort x Q rows [p (d) | α | valid] (a summary's [Q, width]; models/cone_negatives.py: a row whose last value is 0
 holds no cone) and the id of the client that sent each row (-1: none), so that a client leaves its own out. The
-server also counts each client's summaries (PrivacyFace: its privacy spent, one release each round it is sampled,
-released or not). The server's pool is checkpointed with the clients' store, a trainer
+server also counts each client's summaries (one each round it is sampled, released or not: what a DP summary
+spends). The server's pool is checkpointed with the clients' store, a trainer
 rank's received copy with its trainer part."""
 from __future__ import annotations
 

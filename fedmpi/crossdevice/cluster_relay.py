@@ -1,4 +1,4 @@
-"""A summary part across devices (algorithms/class_parts.py, SummaryPart; PrivacyFace on personal albums), the
+"""A summary part across devices (algorithms/class_parts.py, SummaryPart; on personal albums), the
 server's side (the class exchange of the round loop, core/seams.py): each round it receives every sampled client's
 summary [Q, width] (crossdevice/album_clusters.py sends them after the round's reduction, in the assignment's
 order), checks its valid rows (cones) as a class payload
