@@ -40,6 +40,29 @@ class DeviceKit:
         return ClusterRelay(part, self, self.nothing())
 
 
+class WhatLeaves:
+    """The start-up line of what leaves each face client (docs/BASELINES.md, "What crosses the network"), picked by
+    the method's class part as it picks its transports (ClassPart.party_side), so that no role asks its kind."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.n, self.d = cfg.clients.identities_per_client, cfg.model.embedding_size
+
+    def nothing(self) -> str:
+        """The rows travel with the client's state even where no part steps on them."""
+        return (f"what leaves each client: backbone, its class embeddings ({self.n} x {self.d} values; the server "
+                f"sees W for all {self.cfg.clients.population} clients: with one identity a client, its owner's face "
+                f"template)")
+
+    def rows(self, part) -> str:
+        return self.nothing()
+
+    def summaries(self, part) -> str:
+        return (f"what leaves each client: backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in "
+                f"this simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's store "
+                f"between its rounds, which a real device keeps: the method reads none of them")
+
+
 class DeviceRows(NoClasses):
     """The rows of the clients seen so far, stepped on by `part` (None: kept as the clients sent them). Nothing
     travels here (NoClasses' post, wait and bytes: the exchange counts the rows with the clients' states). A client

@@ -73,26 +73,3 @@ def open_face_clients(cfg) -> FaceClients:
                    "clients": {"population": len(parts), "identities_per_client": c.identities_per_client,
                                "images": int(sum(len(p) for p in parts)), "hash": partition_hash(parts)}}
     return FaceClients(dataset, parts, c.identities_per_client, description)
-
-
-class WhatLeaves:
-    """The start-up line of what leaves each face client (docs/BASELINES.md, "What crosses the network"), picked by
-    the method's class part as it picks its transports (ClassPart.party_side), so that no role asks its kind."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.n, self.d = cfg.clients.identities_per_client, cfg.model.embedding_size
-
-    def nothing(self) -> str:
-        """The rows travel with the client's state even where no part steps on them."""
-        return (f"what leaves each client: backbone, its class embeddings ({self.n} x {self.d} values; the server "
-                f"sees W for all {self.cfg.clients.population} clients: with one identity a client, its owner's face "
-                f"template)")
-
-    def rows(self, part) -> str:
-        return self.nothing()
-
-    def summaries(self, part) -> str:
-        return (f"what leaves each client: backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in "
-                f"this simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's store "
-                f"between its rounds, which a real device keeps: the method reads none of them")

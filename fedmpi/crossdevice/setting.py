@@ -9,12 +9,12 @@ from functools import partial
 
 from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
-from fedmpi.crossdevice.class_rows import DeviceKit, columns as class_columns
+from fedmpi.crossdevice.class_rows import DeviceKit, WhatLeaves, columns as class_columns
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.client_state import client_store
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
-from fedmpi.crossdevice.face_clients import WhatLeaves, idle_loss_line
+from fedmpi.crossdevice.face_clients import idle_loss_line
 from fedmpi.crossdevice.sampler import ClientSampler
 from fedmpi.core.secure_uploads import session_line
 from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
