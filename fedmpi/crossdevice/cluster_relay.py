@@ -1,17 +1,17 @@
-"""A summary part across devices (algorithms/class_parts.py, SummaryPart; on personal albums), the
-server's side (the class exchange of the round loop, core/seams.py): each round it receives every sampled client's
-summary [Q, width] (crossdevice/album_clusters.py sends them after the round's reduction, in the assignment's
-order), checks its valid rows (cones) as a class payload
-(aggregation/class_payload_check.py: not finite or out of range among the round's, named and left out of the
-relay), puts the rest into the pool (crossdevice/cluster_pool.py) and, after Θ went out, broadcasts the pool to
-every trainer rank: the next cohort's negatives. The server reads no class embedding for the part; the log's
-`mean_cosine` is the simulation's measurement of the rows its store keeps between a client's rounds
-(crossdevice/client_state.py), which a real device would keep itself (docs/BASELINES.md)."""
+"""A summary part across devices (algorithms/class_parts.py, SummaryPart; on personal albums), the server's side
+(the class exchange of the round loop, core/seams.py): each round it receives every sampled client's summary
+[Q, width] (crossdevice/album_clusters.py sends them after the round's reduction, in the assignment's order),
+checks its valid rows (cones) as a class payload (aggregation/class_payload_check.py: wrongly shaped, not finite
+or out of range among the round's, named and left out of the relay), puts the rest into the pool
+(crossdevice/cluster_pool.py) and, after Θ went out, broadcasts the pool to every trainer rank: the next cohort's
+negatives. The server reads no class embedding for the part; the log's `mean_cosine` is the simulation's
+measurement of the rows its store keeps between a client's rounds (crossdevice/client_state.py), which a real
+device would keep itself (docs/BASELINES.md)."""
 from __future__ import annotations
 
 import torch
 
-from fedmpi.aggregation.class_payload_check import left_out, wrongly_shaped
+from fedmpi.aggregation.class_payload_check import left_out as judged, wrongly_shaped
 from fedmpi.comm.marked_receives import MarkedReceives
 from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
 from fedmpi.crossdevice.client_state import excluded_clients
@@ -66,7 +66,7 @@ class ClusterRelay:
         rows = self.received.view(-1, self.shape[1])
         owners = [k for k in self.order for _ in range(self.pool.Q)]
         looked = [i for i in range(rows.shape[0]) if bool(rows[i, -1] != 0) or not bool(torch.isfinite(rows[i]).all())]
-        why = dict(zip(looked, left_out([rows[i] for i in looked], self.store.norm_ratio)))
+        why = dict(zip(looked, judged([rows[i] for i in looked], self.store.norm_ratio)))
         dropped = excluded_clients(self.exchange.clients, excluded)
         count = short
         for i in looked:
