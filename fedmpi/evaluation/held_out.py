@@ -14,24 +14,34 @@ LOG_METRIC = {"accuracy": "accuracy", "accuracy_std": "accuracy_std", "tar@far=0
 assert set(LOG_METRIC.values()) == set(EVAL_METRICS)
 
 
-def log_row(r: int, step: int, results: dict[str, dict[str, float]],
-            benchmarks: dict[str, dict[str, float]] | None = None) -> dict:
-    row = {"round": r, "step": step}
+def eval_columns(results: dict[str, dict[str, float]], benchmarks: dict[str, dict[str, float]] | None = None) -> dict:
+    """The /eval columns of one evaluation: <set>/<metric> of the pair sets, then of the benchmarks."""
+    columns = {}
     for name, metrics in results.items():
         for key, column in LOG_METRIC.items():
-            row[f"{name}/{column}"] = metrics[key]
+            columns[f"{name}/{column}"] = metrics[key]
     for name, metrics in (benchmarks or {}).items():
-        row.update({f"{name}/{metric}": value for metric, value in metrics.items()})
-    return row
+        columns.update({f"{name}/{metric}": value for metric, value in metrics.items()})
+    return columns
 
 
-def accuracy_line(r: int, results: dict, benchmarks: dict | None = None) -> str:
+def log_row(r: int, step: int, results: dict[str, dict[str, float]],
+            benchmarks: dict[str, dict[str, float]] | None = None) -> dict:
+    return {"round": r, "step": step, **eval_columns(results, benchmarks)}
+
+
+def accuracy_text(results: dict, benchmarks: dict | None = None) -> str:
+    """'held-out accuracy % lfw 99.10  ...' with the benchmarks' headlines and the sets it diverged on."""
     parts = "  ".join(f"{name} {100 * m['accuracy']:.2f}" for name, m in results.items())
     extra = f"; {headline_line(benchmarks)}" if benchmarks else ""
     lost = [name for name, m in results.items() if diverged(m)]
     if lost:
         extra += f"; diverged: the global model's embeddings are not finite on {', '.join(lost)} (NaN logged)"
-    return f"eval after round {r + 1}: held-out accuracy % {parts}{extra}"
+    return f"held-out accuracy % {parts}{extra}"
+
+
+def accuracy_line(r: int, results: dict, benchmarks: dict | None = None) -> str:
+    return f"eval after round {r + 1}: {accuracy_text(results, benchmarks)}"
 
 
 def accuracy_table(first: tuple[int, dict], last: tuple[int, dict]) -> str:
