@@ -8,7 +8,7 @@ server; the (ε, δ) of each release and in total (basic composition) are in the
 progress line and in the summary. A party does not use its own clusters.
 
 Across devices (personal albums, `clients.dataset=faces`, a few identities a client): each sampled client runs
-the same DPLC over its own rows on the device after its local steps (`release_on_device`, with the device's
+the same DPLC over its own rows on the device after its local steps (`summarise` with device=True: the device's
 n_min), the server pools the clusters of the last `pool_rounds` rounds and relays the pool to the next cohort,
 whose clients use every cluster of the others as a negative cone (crossdevice/album_clusters.py,
 crossdevice/cluster_relay.py). A client spends one release each round it is sampled."""
@@ -84,40 +84,30 @@ class PrivateClusters(SummaryPart):
     columns = {"round": ((), "i8"), "releases": ((), "i8"), "released": ((), "i8"),
                      "epsilon_release": ((), "f8"), "delta_release": ((), "f8"), "epsilon": ((), "f8"),
                      "delta": ((), "f8"), "noise_std": ((), "f8")}
-    # across devices (crossdevice/cluster_relay.py): the valid clusters in the relayed pool, those the payload check
-    # left out this round, and the bytes a real device sends and receives (θ + its clusters; Θ + the pool)
-    device_columns = {"pool": ((), "i8"), "left_out": ((), "i8"), "device_bytes_up": ((), "i8"),
-                      "device_bytes_down": ((), "i8")}
 
     def due(self, r):
         return (r + 1) % self.options.release_every == 0
 
+    @property
+    def kept_rounds(self):
+        return self.options.pool_rounds
+
     def summary_shape(self, d):
         return self.options.clusters, d + 2          # [p | α | released]
 
-    def summarise(self, W, out, r, party, state):
-        from fedmpi.algorithms.dplc import generator
-
-        o = self.options
-        self._cluster(W, out, o.min_count, generator(o.seed, party, (r + 1) // o.release_every - 1))
-
-    def release_on_device(self, W, out, client: int, r: int) -> int:
-        """A device's release after its local steps in round r: the DPLC clusters of its own rows W [n, d] into
-        out [Q, d + 2], with the device's n_min, the draws from (seed, client, round). Returns how many released."""
-        from fedmpi.algorithms.dplc import generator
-
-        o = self.options
-        return self._cluster(W, out, o.device_min_count, generator(o.seed, client, r))
-
-    def _cluster(self, W, out, min_count: float, rng) -> int:
+    def summarise(self, W, out, r, who, state, *, device=False):
+        """The DPLC clusters of W (a party's, or a device's own rows with the device's n_min), the draws from
+        (seed, party or client, release): across devices a client releases each round it is sampled
+        (release_every is 1 there), so its release is the round."""
         import torch
 
-        from fedmpi.algorithms.dplc import cluster
+        from fedmpi.algorithms.dplc import cluster, generator
 
         o = self.options
         unit = torch.nn.functional.normalize(W.detach().to(torch.float64), dim=1)
-        return cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates, min_count=min_count,
-                       selection=o.selection, rng=rng)
+        cluster(unit.cpu(), out, kappa=o.kappa, budget=o.budget, candidates=o.candidates,
+                min_count=o.device_min_count if device else o.min_count, selection=o.selection,
+                rng=generator(o.seed, who, (r + 1) // o.release_every - 1))
 
     def server_state(self):
         import torch
@@ -132,6 +122,22 @@ class PrivateClusters(SummaryPart):
         epsilon, delta = o.budget.spent(releases)
         return {"releases": releases, "epsilon_release": o.budget.epsilon, "delta_release": o.budget.release_delta,
                 "epsilon": epsilon, "delta": delta, "noise_std": gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)}
+
+    def relayed(self, most, state):
+        """The privacy spent by the client that released most."""
+        state["releases"].fill_(most)
+        return self.privacy_row(most)
+
+    def client_sends(self, d, rounds):
+        from fedmpi.algorithms.dplc import gaussian_sigma
+
+        o = self.options
+        epsilon, delta = o.budget.epsilon, o.budget.release_delta
+        most, most_delta = o.budget.spent(rounds)
+        sigma = gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)
+        return (f"DP clusters ({o.clusters} x {d + 2} values a round it is sampled, each release ({epsilon:.3g}, "
+                f"{delta:.3g})-DP, noise std {sigma:.3g} a coordinate of its sum; a client sampled every round "
+                f"spends ({most:.3g}, {most_delta:.3g}))")
 
     def relay(self, uploads, replies, r, state):
         """Party k's reply: the other parties' summaries in party order."""

@@ -136,7 +136,7 @@ def fv_runs(cfg) -> bool:
 
 @dataclass
 class BenchmarkSets:
-    """Large-scale benchmarks evaluated with the pair sets (fedmpi.silo.benchmarks): a release root, or
+    """Large-scale benchmarks evaluated with the pair sets (fedmpi.evaluation.benchmarks): a release root, or
     'synthetic' for the synthetic release in the same layout; empty: not evaluated."""
     ijbb: str = ""                   # IJB-B root (meta/, loose_crop/)
     ijbc: str = ""                   # IJB-C root

@@ -4,12 +4,13 @@ which kind it holds:
 
   nothing, rows  `KeptRows`       the client's objective (client_objective.py); its rows, if any, travel with its
                                   state (crossdevice/exchange.py); nothing else leaves the rank
-  summaries      `AlbumClusters`  PrivacyFace on personal albums (spec §3; docs/BASELINES.md): each client's loss is
-                                  the consensus-aware margin softmax over its own n rows and the relayed clusters
-                                  of the other clients (spec §3.4, `AlbumRows`); after its local steps it runs DPLC
-                                  over its rows on the device (spec §3.3) and the rank sends the release
-                                  [Q, d + 2] of each client to the server after the round's reduction (tag
-                                  TAG_CLUSTERS, in the assignment's order); after Θ it receives the server's pool
+  summaries      `AlbumClusters`  a summary part (class_parts.SummaryPart; on personal albums, spec §3,
+                                  docs/BASELINES.md): each client's loss is the consensus-aware margin softmax over
+                                  its own n rows and the relayed summaries (cones) of the other clients (spec §3.4,
+                                  `AlbumRows`); after its local steps the part summarises its rows on the device
+                                  (`summarise`, device=True) and the rank sends each client's summary
+                                  [summary_shape(d)] to the server after the round's reduction (tag TAG_CLUSTERS, in
+                                  the assignment's order); after Θ it receives the server's pool
                                   (crossdevice/cluster_relay.py) by broadcast, kept until the next."""
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ TAG_CLUSTERS = 4     # gloo matches a pair's messages by tag: never a state's (0
 
 
 class AlbumRows(OwnClassRows):
-    """OwnClassRows whose loss is spec §3.4's over the client's rows and `pool`'s clusters of the other clients,
-    and which releases the client's DPLC clusters after its local steps (`released`, in the order trained)."""
+    """OwnClassRows whose loss is spec §3.4's over the client's rows and `pool`'s cones of the other clients, and
+    which has the part summarise the client's rows after its local steps (`released`, in the order trained)."""
 
     def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool,
                  frozen_batch_norm: bool = True):
@@ -47,8 +48,8 @@ class AlbumRows(OwnClassRows):
 
     def end(self, rows: torch.Tensor) -> None:
         super().end(rows)
-        out = torch.zeros(self.pool.Q, self.d + 2, dtype=self.w.dtype, device=self.w.device)
-        self.part.release_on_device(self.w.detach(), out, self.client, self.round)
+        out = torch.zeros(*self.part.summary_shape(self.d), dtype=self.w.dtype, device=self.w.device)
+        self.part.summarise(self.w.detach(), out, self.round, self.client, {}, device=True)
         self.released.append(out)
 
 
@@ -73,13 +74,13 @@ class KeptRows:
 
 
 class AlbumClusters(KeptRows):
-    """The clients' releases to the server, the server's pool back (every trainer rank keeps the same copy)."""
+    """The clients' summaries to the server, the server's pool back (every trainer rank keeps the same copy)."""
 
     def __init__(self, part, kit: "ClientKit"):
         cfg = kit.cfg
-        c, o = cfg.clients, part.options
-        self.pool = ClusterPool(o.pool_rounds, clients_per_round(c.population, c.fraction), o.clusters,
-                                cfg.model.embedding_size, c.population, kit.device, kit.dtype)
+        c = cfg.clients
+        self.pool = ClusterPool(part.kept_rounds, clients_per_round(c.population, c.fraction),
+                                part.summary_shape(cfg.model.embedding_size), c.population, kit.device, kit.dtype)
         head = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
         super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, head, part,
                                    self.pool, c.batch_norm == "frozen"))

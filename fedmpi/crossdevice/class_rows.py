@@ -4,8 +4,8 @@ rank that trains c, back up after its round) into the store's table W [M, n·d] 
 nothing moves here; after each round the method's class part steps on the rows of every client seen so far (a
 `RowsPart`: FedAwS's spreadout, FedGC's correction; W as the stacked rows of the silo, each identity one party,
 IdentityBounds; the round's clients' rows are its anchors, `RowsPart.step_round`: FedAwS's rows=round moves only
-those) or nothing (positive-only FedAvg), or (a `SummaryPart`: PrivacyFace on albums) relays the clients' DP
-clusters to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
+those) or nothing (positive-only FedAvg), or (a `SummaryPart`, on albums) relays the clients'
+summaries to the next cohort (crossdevice/cluster_relay.py), and the round's row of the log's `classes` table says
 how far apart the rows are (the mean pairwise cosine: 1 is Yu et al.'s collapse; from Σ ŵ, which a round updates
 with the rows it changed, so that neither the measure nor the round-form step reads all of W when only a cohort's
 rows moved)."""
@@ -38,6 +38,29 @@ class DeviceKit:
         from fedmpi.crossdevice.cluster_relay import ClusterRelay
 
         return ClusterRelay(part, self, self.nothing())
+
+
+class WhatLeaves:
+    """The start-up line of what leaves each face client (docs/BASELINES.md, "What crosses the network"), picked by
+    the method's class part as it picks its transports (ClassPart.party_side), so that no role asks its kind."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.n, self.d = cfg.clients.identities_per_client, cfg.model.embedding_size
+
+    def nothing(self) -> str:
+        """The rows travel with the client's state even where no part steps on them."""
+        return (f"what leaves each client: backbone, its class embeddings ({self.n} x {self.d} values; the server "
+                f"sees W for all {self.cfg.clients.population} clients: with one identity a client, its owner's face "
+                f"template)")
+
+    def rows(self, part) -> str:
+        return self.nothing()
+
+    def summaries(self, part) -> str:
+        return (f"what leaves each client: backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in "
+                f"this simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's store "
+                f"between its rounds, which a real device keeps: the method reads none of them")
 
 
 class DeviceRows(NoClasses):

@@ -66,7 +66,7 @@ class ClientStore:
         self.states: dict[int, torch.Tensor] = {}
         self.rows = torch.zeros(population if layout.rows_numel else 0, layout.rows_numel, dtype=self.initial.dtype)
         self.seen = torch.zeros(len(self.rows), dtype=torch.bool)
-        self.pool = None      # PrivacyFace's relayed clusters (crossdevice/cluster_pool.py), checkpointed here
+        self.pool = None      # a summary part's relayed pool (crossdevice/cluster_pool.py), checkpointed here
         self.returned: list[int] = []     # the clients whose rows the latest round stored (the round's anchors)
         self.replaced = self.rows[:0]     # the rows they replaced
         self.were_seen = self.seen[:0]    # and whether those were rows a client had sent (else zeros, never seen)
@@ -142,7 +142,7 @@ class ClientStore:
         if self.pool is not None:
             if "pool" not in state:
                 raise ValueError("checkpoint: it keeps no relayed clusters (a run of another method); this run "
-                                 "relays PrivacyFace's")
+                                 "relays its summary part's")
             self.pool.load_state_dict(state["pool"])
 
 

@@ -1,9 +1,10 @@
-"""PrivacyFace's pool across devices: the DP clusters the clients of the last `rounds` rounds released (spec §3.3),
-which the server relays to the next cohort as negatives (spec §3.4). Fixed size, so that one broadcast moves it
-(every rank the same shapes): `rounds` slots of cohort x Q rows [p (d) | α | valid] (models/cone_negatives.py; a
-row whose last value is 0 holds no cluster) and the id of the client that released each row (-1: none), so that a
-client leaves its own clusters out. The server also counts each client's releases (its privacy spent: one release
-each round it is sampled, released or not). The server's pool is checkpointed with the clients' store, a trainer
+"""The pool of a summary part across devices (algorithms/class_parts.py, SummaryPart): the summaries the clients of
+the last `rounds` rounds sent (DP clusters, spec §3.3, say), which the server relays to the next cohort as
+negatives (spec §3.4). Fixed size, so that one broadcast moves it (every rank the same shapes): `rounds` slots of
+cohort x Q rows [p (d) | α | valid] (a summary's [Q, width]; models/cone_negatives.py: a row whose last value is 0
+holds no cone) and the id of the client that sent each row (-1: none), so that a client leaves its own out. The
+server also counts each client's summaries (one each round it is sampled, released or not: what a DP summary
+spends). The server's pool is checkpointed with the clients' store, a trainer
 rank's received copy with its trainer part."""
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ from fedmpi.models.cone_negatives import valid_cones
 
 
 class ClusterPool:
-    def __init__(self, rounds: int, cohort: int, clusters: int, d: int, population: int, device, dtype):
-        self.rounds, self.per_round, self.Q = rounds, cohort * clusters, clusters
-        self.clusters = torch.zeros(rounds * self.per_round, d + 2, dtype=dtype, device=device)
+    def __init__(self, rounds: int, cohort: int, shape: tuple[int, int], population: int, device, dtype):
+        """shape: one client's summary [Q, width] (SummaryPart.summary_shape)."""
+        (self.Q, width), self.rounds = shape, rounds
+        self.per_round = cohort * self.Q
+        self.clusters = torch.zeros(rounds * self.per_round, width, dtype=dtype, device=device)
         self.owners = torch.full((rounds * self.per_round,), -1, dtype=torch.int64, device=device)
         self.releases = torch.zeros(population, dtype=torch.int64)      # the server's count per client (CPU)
 
     def put(self, r: int, clients: list[int], released: torch.Tensor) -> None:
-        """Round r's releases [m, Q, d + 2] of `clients` (in that order) into the round's slot, replacing the
+        """Round r's releases [m, Q, width] of `clients` (in that order) into the round's slot, replacing the
         releases of round r − rounds; each client's release counted."""
         start = (r % self.rounds) * self.per_round
         rows = released.reshape(-1, self.clusters.shape[1])
@@ -53,6 +56,6 @@ class ClusterPool:
             saved = state[key]
             if saved.shape != target.shape:
                 raise ValueError(f"checkpoint: the relayed clusters' {key} is {list(saved.shape)}, this run keeps "
-                                 f"{list(target.shape)} (fed.options.pool_rounds, clients.fraction, "
-                                 f"fed.options.clusters as the checkpoint's run)")
+                                 f"{list(target.shape)} (the class part's options and "
+                                 f"clients.fraction as the checkpoint's run)")
             target.copy_(saved)

@@ -1,15 +1,15 @@
 """The face clients' evaluation: Θ on the held-out folds of the pair sets (data.val_sets) and on the large-scale
 benchmarks of eval.sets (the synthetic IJB-B/C, a release, MegaFace), as the silo runs evaluate them
-(metrics/evaluator.py, silo/benchmarks.py; the same columns in the log's /eval, the same evaluation line), on the
-server when an evaluation is due."""
+(metrics/evaluator.py, fedmpi/evaluation/: the same columns in the log's /eval, the same evaluation line), on
+the server when an evaluation is due."""
 from __future__ import annotations
 
 from fedmpi.crossdevice.evaluation import TestAccuracy
 from fedmpi.data.sets import prepare_validation_sets
 from fedmpi.data.verification_bin import load_bin
+from fedmpi.evaluation.benchmarks import Benchmarks
+from fedmpi.evaluation.held_out import accuracy_text, eval_columns
 from fedmpi.metrics.evaluator import Evaluator
-from fedmpi.silo.benchmarks import Benchmarks
-from fedmpi.silo.evaluation import accuracy_line, log_row
 
 
 class Verification(TestAccuracy):
@@ -29,6 +29,4 @@ class Verification(TestAccuracy):
         results = self.evaluator.evaluate(self.setting.parts.model)
         benchmarks = self.benchmarks.evaluate_backbone() if self.benchmarks else None
         mean = sum(m["accuracy"] for m in results.values()) / len(results)
-        row = log_row(0, 0, results, benchmarks)
-        columns = {k: v for k, v in row.items() if k not in ("round", "step")}
-        return mean, columns, accuracy_line(0, results, benchmarks).split(": ", 1)[1]
+        return mean, eval_columns(results, benchmarks), accuracy_text(results, benchmarks)

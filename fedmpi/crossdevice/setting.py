@@ -9,10 +9,9 @@ from functools import partial
 
 from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
-from fedmpi.crossdevice.class_rows import DeviceKit, columns as class_columns
+from fedmpi.crossdevice.class_rows import DeviceKit, WhatLeaves, columns as class_columns
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.client_state import client_store
-from fedmpi.crossdevice.cluster_relay import what_leaves
 from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.face_clients import idle_loss_line
@@ -22,7 +21,7 @@ from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table a
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.core.seams import NoClasses
-from fedmpi.silo.benchmarks import log_columns as benchmark_columns
+from fedmpi.evaluation.benchmarks import log_columns as benchmark_columns
 
 
 class CrossDeviceSetting:
@@ -87,15 +86,10 @@ class CrossDeviceSetting:
 
 
 def run_client_server(cfg, ctx: Context, parts: RunParts, run_dir, resume=None) -> int:
-    c, part = cfg.clients, parts.rule.classes
     if session_line(cfg):
         print(session_line(cfg), flush=True)
-    if c.face_clients and part.leaves and not part.rows_to_server:     # a summary: PrivacyFace on albums
-        print(what_leaves(cfg, part), flush=True)
-    elif c.face_clients:      # docs/BASELINES.md, "What crosses the network"
-        print(f"what leaves each client: backbone, its class embeddings ({c.identities_per_client} x "
-              f"{cfg.model.embedding_size} values; the server sees W for all {c.population} clients: with one "
-              f"identity a client, its owner's face template)", flush=True)
+    if cfg.clients.face_clients:
+        print(parts.rule.classes.party_side(WhatLeaves(cfg)), flush=True)
     server = Server(cfg, parts, CrossDeviceSetting(cfg, ctx, parts), run_dir,
                     resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
     return drive(server, cfg, ctx, run_dir, resume)

@@ -1,8 +1,8 @@
 """A trainer rank of a cross-device run: each round it receives its share of the sampled clients (and their
 states, for a rule that keeps per-client state), trains them one after another from the global payload, sends
-the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server (then, for PrivacyFace on
-albums, its clients' DP releases: album_clusters.py); then it takes the next global payload (and the pool of relayed
-clusters) and lets the rule rebuild its global_state from it (PFM's M)."""
+the states back and joins the reduction of sum_k n_k [theta_k | up payloads] to the server (then, for a summary
+part, its clients' summaries: album_clusters.py); then it takes the next global payload (and the pool of relayed
+summaries) and lets the rule rebuild its global_state from it (PFM's M)."""
 from __future__ import annotations
 
 from fedmpi.core.build import RunParts

@@ -3,7 +3,7 @@ after round 1, every N rounds, and after the last round; eval.every = 0 evaluate
 included); the validators compute the metrics, the server logs them to /eval and prints them, and at the end
 prints a table of the final model's accuracy next to the first round's. A diverged model (embeddings not finite)
 is logged with NaN metrics and said so in its evaluation line; the run goes on. The large-scale benchmarks
-(`eval.sets`, fedmpi.silo.benchmarks) are evaluated on the server at the same rounds and logged in the same
+(`eval.sets`, fedmpi.evaluation.benchmarks) are evaluated on the server at the same rounds and logged in the same
 row under their own metric names."""
 from __future__ import annotations
 
@@ -12,63 +12,7 @@ import sys
 import torch
 
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.metrics.evaluator import diverged
-from fedmpi.silo.benchmarks import headline_line
-from fedmpi.store.h5log import EVAL_METRICS
-
-# Evaluator's metric names -> the run log's column names
-LOG_METRIC = {"accuracy": "accuracy", "accuracy_std": "accuracy_std", "tar@far=0.001": "tar_far_1e-3",
-              "tar@far=0.01": "tar_far_1e-2"}
-assert set(LOG_METRIC.values()) == set(EVAL_METRICS)
-
-
-def log_row(r: int, step: int, results: dict[str, dict[str, float]],
-            benchmarks: dict[str, dict[str, float]] | None = None) -> dict:
-    row = {"round": r, "step": step}
-    for name, metrics in results.items():
-        for key, column in LOG_METRIC.items():
-            row[f"{name}/{column}"] = metrics[key]
-    for name, metrics in (benchmarks or {}).items():
-        row.update({f"{name}/{metric}": value for metric, value in metrics.items()})
-    return row
-
-
-def accuracy_line(r: int, results: dict, benchmarks: dict | None = None) -> str:
-    parts = "  ".join(f"{name} {100 * m['accuracy']:.2f}" for name, m in results.items())
-    extra = f"; {headline_line(benchmarks)}" if benchmarks else ""
-    lost = [name for name, m in results.items() if diverged(m)]
-    if lost:
-        extra += f"; diverged: the global model's embeddings are not finite on {', '.join(lost)} (NaN logged)"
-    return f"eval after round {r + 1}: held-out accuracy % {parts}{extra}"
-
-
-def accuracy_table(first: tuple[int, dict], last: tuple[int, dict]) -> str:
-    """Held-out accuracy (mean ± std over the held-out folds, %) per set: first evaluation next to the last."""
-    (r0, a), (r1, b) = first, last
-    width = max(len("mean"), *(len(n) for n in a))
-    lines = ["held-out accuracy of the global model (%)",
-             f"  {'set':<{width}}  {f'round {r0 + 1}':>15}  {f'round {r1 + 1}':>15}  {'change':>7}"]
-
-    def cell(m):
-        return f"{100 * m['accuracy']:6.2f} ± {100 * m['accuracy_std']:5.2f}"
-
-    for name in a:
-        change = 100 * (b[name]["accuracy"] - a[name]["accuracy"])
-        lines.append(f"  {name:<{width}}  {cell(a[name]):>15}  {cell(b[name]):>15}  {change:+7.2f}")
-    mean_a = sum(m["accuracy"] for m in a.values()) / len(a)
-    mean_b = sum(m["accuracy"] for m in b.values()) / len(b)
-    lines.append(f"  {'mean':<{width}}  {100 * mean_a:15.2f}  {100 * mean_b:15.2f}  {100 * (mean_b - mean_a):+7.2f}")
-    return "\n".join(lines)
-
-
-def logged_first(log) -> tuple[int, dict] | None:
-    """(round, {set: accuracy and std}) of the first evaluation already in the log (a resumed run's), or None."""
-    table = getattr(log, "f", None) and log.f.get("eval")
-    if table is None or "round" not in table or not table["round"].shape[0]:
-        return None
-    sets = [name for name in table if "accuracy" in getattr(table[name], "keys", dict)()]
-    return int(table["round"][0]), {s: {"accuracy": float(table[f"{s}/accuracy"][0]),
-                                        "accuracy_std": float(table[f"{s}/accuracy_std"][0])} for s in sets}
+from fedmpi.evaluation.held_out import accuracy_line, accuracy_table, log_row, logged_first
 
 
 class Evaluation:
@@ -76,7 +20,7 @@ class Evaluation:
 
     def __init__(self, cfg, pool, log, stream=sys.stdout, benchmarks=None):
         self.cfg, self.pool, self.log, self.stream = cfg, pool, log, stream
-        self.benchmarks = benchmarks                         # fedmpi.silo.benchmarks.Benchmarks or None
+        self.benchmarks = benchmarks                         # fedmpi.evaluation.benchmarks.Benchmarks or None
         self.waiting: list[tuple[int, torch.Tensor]] = []   # (round, Θ) not yet sent to the validators
         self.in_flight: tuple[int, object, torch.Tensor] | None = None  # (round, Request, Θ)
         self.first: tuple[int, dict] | None = logged_first(log)   # a resumed run's, from its log

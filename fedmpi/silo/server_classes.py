@@ -8,11 +8,10 @@ import numpy as np
 import torch
 
 from fedmpi import comm
-from fedmpi.aggregation.class_payload_check import out_of_range
+from fedmpi.aggregation.class_payload_check import left_out as judged
 from fedmpi.algorithms.class_steps import bounds_of
 from fedmpi.comm import p2p
-from fedmpi.comm.message_end import mark_end, reached_end
-from fedmpi.comm.receives import ReceivesInBackground
+from fedmpi.comm.marked_receives import MarkedReceives
 from fedmpi.core.seams import NoClasses
 from fedmpi.layout import Party
 from fedmpi.silo.classes import TAG_DOWN, TAG_UP, TransportKit, replicated, shard_rows
@@ -41,8 +40,7 @@ class ServerClasses:
         self.part, self.leaders, self.dtype, self.norm_ratio = part, kit.leaders, kit.dtype, kit.norm_ratio
         self._leaders = [p.leader for p in kit.parties]
         self.names = [p.name for p in kit.parties]
-        self._point_to_point_threads = torch.device(kit.device).type == "cpu"
-        self._work: list = []
+        self.receives = MarkedReceives(kit.device)
         self.due = False
         self.row: dict | None = None     # the round's row of the log's `classes` table, when the step ran
 
@@ -53,19 +51,15 @@ class ServerClasses:
         self.due, self.row = self.part.due(r), None
         if not self.due:
             return
-        for u in self.uploads:          # a payload shorter than n_k x d (or the summary's shape) leaves the mark
-            mark_end(u)
-        works = [p2p.irecv(u, src=leader, group=self.leaders, tag=TAG_UP) for u, leader in zip(self.uploads, self._leaders)]
-        self._work = [ReceivesInBackground(works)] if self._point_to_point_threads else works
+        # a payload shorter than n_k x d (or the summary's shape) leaves its buffer's end marked (left_out)
+        self.receives.post(self.uploads, self._leaders, self.leaders, TAG_UP)
 
     def is_complete(self) -> bool:
-        return all(work.is_completed() for work in self._work)
+        return self.receives.is_complete()
 
     def wait(self) -> None:
         with comm.naming_failures(f"receive of the class payloads over {comm.group_label('leaders', self.leaders)}"):
-            for work in self._work:
-                work.wait()
-        self._work = []
+            self.receives.wait()
 
     def step(self, r: int, lr: float, state: dict, excluded=None) -> None:
         """The part's step on the round's payloads; then each party's reply is sent. `excluded`: [P] bool, the
@@ -96,10 +90,7 @@ class ServerClasses:
         """[P] bool: excluded by the upload check, or a class payload that is shorter than its buffer
         (comm/message_end.py), not finite or out of range among the others (aggregation/class_payload_check.py);
         said in one line each when round r is given."""
-        why = self.shape_check()
-        whole = [k for k, reason in enumerate(why) if reason is None]
-        for k, reason in zip(whole, out_of_range([self.uploads[k] for k in whole], self.norm_ratio)):
-            why[k] = reason
+        why = judged(self.uploads, self.norm_ratio)
         if r is not None:
             for name, reason in zip(self.names, why):
                 if reason:
@@ -107,12 +98,6 @@ class ServerClasses:
                           f"class step", flush=True)
         bad = np.array([reason is not None for reason in why], dtype=bool)
         return bad | (np.zeros(len(self.uploads), bool) if excluded is None else np.asarray(excluded, bool))
-
-    def shape_check(self) -> list[str | None]:
-        """For each party, why its payload is wrongly shaped (it did not fill the [rows, columns] the server expects
-        of it: a longer one gloo refuses itself, comm/message_end.py), or None."""
-        return [None if reached_end(u) else f"wrongly shaped (shorter than the {' x '.join(map(str, u.shape))} "
-                f"values the server expects of it)" for u in self.uploads]
 
     def bytes_per_round(self) -> dict[str, int]:
         """The last round's class payloads: up to the server, down to the leaders, inside the parties."""

@@ -16,7 +16,7 @@ from fedmpi.fv.validator_client import ValidatorPool
 from fedmpi.layout import Layout, party_batches
 from fedmpi.metrics.personal import personal_columns
 from fedmpi.silo.classes import party_rows
-from fedmpi.silo.benchmarks import Benchmarks, log_columns as benchmark_columns
+from fedmpi.evaluation.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
 from fedmpi.core.secure_uploads import session_line
 from fedmpi.silo.secure_exchange import SecureSiloExchange, leaves_party, upload_check_note

@@ -1,6 +1,6 @@
 """What the server does beside training, called from its round loop while a round's uploads travel:
 held-out evaluations that are due (silo/evaluation.py, with the large-scale benchmarks of eval.sets,
-silo/benchmarks.py) and FV iterations (fv/weighting.py).
+evaluation/benchmarks.py) and FV iterations (fv/weighting.py).
 The validators (and a hosted Validator with its validation sets) exist only when one of the two is on.
 
 How many FV iterations a round gets:
@@ -24,9 +24,9 @@ import torch
 
 from fedmpi.comm.control import Backoff
 from fedmpi.config import fv_runs
+from fedmpi.evaluation.benchmarks import Benchmarks
 from fedmpi.fv.weighting import FederatedValidation
 from fedmpi.fv.validator_client import ValidatorPool
-from fedmpi.silo.benchmarks import Benchmarks
 from fedmpi.silo.evaluation import Evaluation
 
 

@@ -24,7 +24,7 @@ from fedmpi.metrics.evaluator import Evaluator
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.silo.evaluation import log_row
+from fedmpi.evaluation.held_out import log_row
 from fedmpi.fv.validator import TRACE_ENV, Validator, assign_sets, needs_validation_sets, prepare_validation_data
 from fedmpi.store.checkpoint import SERVER_PART, latest_complete, read_part
 from fedmpi.store.h5log import EVAL_METRICS, LogReader

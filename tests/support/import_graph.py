@@ -29,10 +29,14 @@ LAYERS = {
 # Inside fedmpi: the neutral core and what it builds on know neither setting (silo parties, cross-device clients)
 # nor FV; the rules and the aggregators know no roles and no config (the config reads their registries to check
 # a run, core/build.py makes them); the config describes and checks, building nothing; the store knows nothing of
-# moving a run between layouts (relayout/ reads and writes checkpoints through it).
+# moving a run between layouts (relayout/ reads and writes checkpoints through it). The two settings are
+# independent: what both need (evaluation/, core/) sits below them, so a newcomer reads one without the other.
 SETTINGS = ("fedmpi.silo", "fedmpi.crossdevice", "fedmpi.fv")
 NOT_IMPORTED_BY = {
+    "fedmpi.silo": ("fedmpi.crossdevice",),
+    "fedmpi.crossdevice": ("fedmpi.silo",),
     "fedmpi.core": SETTINGS,
+    "fedmpi.evaluation": SETTINGS,
     "fedmpi.aggregation": (*SETTINGS, "fedmpi.core", "fedmpi.config"),
     "fedmpi.algorithms": (*SETTINGS, "fedmpi.core", "fedmpi.config"),
     "fedmpi.config": (*SETTINGS, "fedmpi.core", "fedmpi.models", "fedmpi.data", "fedmpi.store", "fedmpi.comm"),

@@ -86,7 +86,7 @@ def album_objective(pool, part, n=3, d=4):
 
 def test_a_client_uses_the_other_clients_clusters_never_its_own_and_releases_after_its_steps():
     d, Q = 4, 1
-    pool = ClusterPool(1, 3, Q, d, population=10, device="cpu", dtype=D64)
+    pool = ClusterPool(1, 3, (Q, d + 2), population=10, device="cpu", dtype=D64)
     g = torch.Generator().manual_seed(3)
     released = torch.cat([torch.randn(3, Q, d, generator=g, dtype=D64), torch.full((3, Q, 1), 0.6, dtype=D64),
                           torch.ones(3, Q, 1, dtype=D64)], dim=2)
@@ -120,12 +120,12 @@ def test_an_albums_release_needs_the_devices_n_min_not_the_parties():
         part = PrivateClusters(PrivacyFaceOptions(kappa=0.0, epsilon_select=10.0, epsilon_count=10.0,
                                                    device_min_count=n_min))
         out = torch.zeros(1, 10, dtype=D64)
-        assert part.release_on_device(rows, out, client=3, r=0) == expected
+        part.summarise(rows, out, 0, 3, {}, device=True)          # client 3, round 0
         assert bool(out[0, -1] == 1) == bool(expected)
 
 
 def test_the_pool_keeps_the_last_rounds_releases_and_counts_each_clients():
-    pool = ClusterPool(2, 2, 1, 3, population=6, device="cpu", dtype=torch.float32)
+    pool = ClusterPool(2, 2, (1, 5), population=6, device="cpu", dtype=torch.float32)
     one = lambda v: torch.tensor([[[v, 0, 0, 0.6, 1.0]], [[0, v, 0, 0.6, 1.0]]])
     pool.put(0, [1, 4], one(1.0))
     pool.put(1, [2, 4], one(2.0))
@@ -136,11 +136,11 @@ def test_the_pool_keeps_the_last_rounds_releases_and_counts_each_clients():
     assert pool.negatives_for(4).shape[0] == 3
     pool.put(3, [3], one(4.0)[:1])              # a smaller cohort: the slot's other row holds nothing
     assert pool.owners.tolist() == [0, 5, 3, -1] and pool.valid() == 3
-    restored = ClusterPool(2, 2, 1, 3, population=6, device="cpu", dtype=torch.float32)
+    restored = ClusterPool(2, 2, (1, 5), population=6, device="cpu", dtype=torch.float32)
     restored.load_state_dict(pool.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(restored.state_dict().values(), pool.state_dict().values()))
     with pytest.raises(ValueError, match="relayed clusters' clusters is \\[2, 5\\], this run keeps \\[4, 5\\]"):
-        restored.load_state_dict(ClusterPool(1, 2, 1, 3, 6, "cpu", torch.float32).state_dict())
+        restored.load_state_dict(ClusterPool(1, 2, (1, 5), 6, "cpu", torch.float32).state_dict())
 
 
 def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
@@ -175,8 +175,8 @@ def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
     relay.received[2, 0, :3] = honest_too[:3]
     assert relay.left_out(4, None) == 1 and not relay.received[2].any()
     out = capsys.readouterr().out
-    assert "round 5: the release of client 5 is wrongly shaped (shorter than its 1 x 5 values): left out of the " \
-           "relay" in out and "cluster released by client 5" not in out
+    assert "round 5: the release of client 5 is wrongly shaped (shorter than the 1 x 5 values the server expects " \
+           "of it): left out of the relay" in out and "cluster released by client 5" not in out
     assert torch.equal(relay.received[0, 0], honest)
 
 
@@ -211,11 +211,11 @@ def test_the_clients_store_checkpoints_the_pool_and_names_a_checkpoint_without_o
 
     store = client_store(FedAvg(), [torch.zeros(1)], population=4, rows=3)
     before = store.state_dict()                              # a run of another method: no pool
-    store.pool = ClusterPool(1, 2, 1, 3, population=4, device="cpu", dtype=torch.float32)
+    store.pool = ClusterPool(1, 2, (1, 5), population=4, device="cpu", dtype=torch.float32)
     store.pool.put(0, [1, 3], torch.ones(2, 1, 5))
     saved = store.state_dict()
     other = client_store(FedAvg(), [torch.zeros(1)], population=4, rows=3)
-    other.pool = ClusterPool(1, 2, 1, 3, population=4, device="cpu", dtype=torch.float32)
+    other.pool = ClusterPool(1, 2, (1, 5), population=4, device="cpu", dtype=torch.float32)
     other.load_state_dict(saved)
     assert other.pool.owners.tolist() == [1, 3] and other.pool.releases.tolist() == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="checkpoint: it keeps no relayed clusters"):

@@ -119,7 +119,7 @@ def test_a_diverged_model_is_a_result_with_nan_metrics_and_its_line_says_so():
     """Embeddings that are not finite (here a BatchNorm running variance below zero: NaN in eval mode) give NaN
     held-out metrics instead of an error; the evaluation line names the sets."""
     from fedmpi.metrics.evaluator import diverged
-    from fedmpi.silo.evaluation import accuracy_line
+    from fedmpi.evaluation.held_out import accuracy_line
 
     net = tiny_backbone(2)
     with torch.no_grad():

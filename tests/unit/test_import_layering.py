@@ -1,6 +1,7 @@
 """The tree's imports, read with ast (tests/support/import_graph.py): no circles, no arrow against LAYERS."""
 from import_graph import (LAYERS, circles, communicating, import_graph, inner_arrows, reaching_out,
                           source_files, upward_arrows)
+from option_reads import reading_options
 
 
 def test_no_import_circles():
@@ -12,6 +13,8 @@ def test_no_upward_imports():
 
 
 def test_the_neutral_core_knows_no_setting():
+    """Nor does either setting know the other: crossdevice imports no silo module and silo no crossdevice one
+    (what both use sits in fedmpi/evaluation and fedmpi/core); NOT_IMPORTED_BY lists every such rule."""
     assert inner_arrows(import_graph(source_files())) == []
 
 
@@ -23,6 +26,12 @@ def test_the_rules_do_arithmetic_and_the_roles_communicate():
     """Nothing under fedmpi/algorithms imports torch.distributed, mpi4py, fedmpi.comm or another package's private
     name: a part that needs a collective is handed one by the silo (silo/party_comm.py)."""
     assert communicating(source_files()) == []
+
+
+def test_the_settings_read_no_methods_options():
+    """A class part's setting-side code (silo/, crossdevice/) calls the part's contract only: no method's option is
+    read there, so that a new part runs in both settings with no change to them (tests/mpi/test_toy_summary_mpi.py)."""
+    assert reading_options(source_files()) == []
 
 
 def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
@@ -51,3 +60,7 @@ def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
                                                             "from fedmpi.config import _private\n")
     assert graph.communicating(graph.source_files(), {"fedmpi.rules": ("torch.distributed",)}) == [
         ("fedmpi.rules.talk", "fedmpi.config._private"), ("fedmpi.rules.talk", "torch.distributed")]
+    (tmp_path / "fedmpi" / "rules" / "reads.py").write_text("o = part.options\nq = part.options.clusters\n"
+                                                             "build(part.options)\n")
+    assert reading_options(graph.source_files(), ("fedmpi.rules",)) == [("fedmpi.rules.reads", 1),
+                                                                             ("fedmpi.rules.reads", 2)]
