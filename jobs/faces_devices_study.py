@@ -43,12 +43,13 @@ MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", 
 # one step at lr 0.01 (Aggarwal's E = 1 on these few images) W's mean cosine stayed at 0.10 for 30 rounds, no pair
 # above τ = 0.4, and FedAwS equalled FedAvg; with 10 steps at 0.1 and BatchNorm by the client's batch positive-only
 # FedAvg collapses (0.10 -> 0.69 over 30 rounds; with BatchNorm frozen, the default, it drifts to 0.13:
-# docs/results/faces-devices-cpu/report.md), the whole study about 25 minutes on 2 cores
+# docs/results/faces-devices-cpu/report.md), the whole study about 25 minutes on 2 cores; pairs: the held-out
+# pairs per fold of each set (10 folds; the config's 40 at the cpu scale)
 SCALES = {
     "cpu": {"public": (200, 10), "steps": 600, "clients": 500, "images": 6, "rounds": 30, "fraction": 0.1,
-            "epochs": 10, "lr": 0.1, "seeds": (0, 1)},
+            "epochs": 10, "lr": 0.1, "seeds": (0, 1), "pairs": 40},
     "tiny": {"public": (20, 4), "steps": 4, "clients": 8, "images": 2, "rounds": 2, "fraction": 0.5,
-             "epochs": 1, "lr": 0.01, "seeds": (0,)},
+             "epochs": 1, "lr": 0.01, "seeds": (0,), "pairs": 10},
 }
 IJB = "ijbc"            # the synthetic IJB-C (fedmpi/protocols/fixtures.py): 200 templates, ~3,000 pairs
 IJB_FAR = "1e-2"        # its ~2,700 impostor pairs read TAR no lower than FAR 1e-3 (2.7 false accepts)
@@ -118,6 +119,7 @@ def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: s
                    f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
                    f"clients.fraction={s['fraction']}", f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}",
                    f"eval.every={s['rounds']}", f"eval.sets.{IJB}=synthetic", f"run.seed={seed}",
+                   f"data.val_pairs_per_fold={s['pairs']}",
                    f"clients.sampler_seed={seed}",
                    f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}",
                    *METHODS[name][1]], lock, run)     # the method's overrides last: they win
