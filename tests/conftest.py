@@ -26,8 +26,10 @@ def shared_runs(tmp_path_factory):
 # session), every module that uses the local Slurm cluster is one group (one cluster per node: slurmctld's ports and
 # state folder are fixed), and every other test is a group of its own, so that independent launches run side by side.
 SHARED_GROUPS = {"shared_runs": "shared-runs", "slurm_cluster": "slurm-cluster"}
-# Modules kept whole: the multi-node bed's tests make network namespaces, bridges and addresses of fixed names.
-WHOLE_MODULES = ("tests/cluster/test_multinode.py",)
+# Modules kept whole, as one group: the multi-node bed's tests make network namespaces, bridges and addresses of fixed
+# names, and run their own Slurm cluster, which must not start beside the local one (a slurmd of the bed found its
+# port taken while the local cluster ran).
+WHOLE_MODULES = {"tests/cluster/test_multinode.py": "slurm-cluster"}
 
 
 def module_fixtures(item) -> set[str]:
@@ -70,7 +72,7 @@ def group_names(tests: list[tuple[str, set[str], set[str]]]) -> dict[str, str]:
         if module in shared:
             names[nodeid] = shared[module]
         elif module in WHOLE_MODULES:
-            names[nodeid] = module
+            names[nodeid] = WHOLE_MODULES[module]
         elif own:
             names[nodeid] = f"{module}::" + "+".join(sorted(members[root((module, min(own)))]))
         else:
@@ -96,10 +98,9 @@ def pytest_collection_modifyitems(config, items):
 # node id); worker-seconds from `make test PYTEST_ARGS=--durations=25` on 2 cores, 3 workers; every other group comes
 # after these, in collection order.
 LONGEST_FIRST = (
-    "tests/cluster/test_multinode.py",                                   # ~330: one bed, launches across nodes
     "tests/mpi/test_failures.py::reference+victim",                      # ~310: ~30 launches, most refused on purpose
     "tests/mpi/test_relayout_runs.py::runs",                             # ~280: three launches, each resumed on other rank counts
-    "slurm-cluster",                                                     # ~250
+    "slurm-cluster",                                                     # ~580: the local cluster, then the bed
     "shared-runs",                                                       # ~240
     "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",          # 155
     "tests/mpi/test_faces_devices_study.py",                             # ~150: ten launches at the tiny scale

@@ -18,7 +18,7 @@ CONFIG = "configs/faces_albums.yaml"
 TINY = ["clients.population=8", "clients.faces.identities=32", "clients.faces.images_per_identity=4",
         "clients.fraction=0.5", "clients.rounds=4", "eval.every=4", "optim.lr=0.1", "run.device=cpu",
         "run.deterministic=true", "fed.options.kappa=0.0", "fed.options.epsilon_select=10",
-        "fed.options.epsilon_count=10", "checkpoint.every=2", "checkpoint.keep=3"]
+        "fed.options.epsilon_count=10", "checkpoint.every=2", "checkpoint.keep=3", "data.val_pairs_per_fold=10"]
 
 
 @pytest.fixture(scope="module")
