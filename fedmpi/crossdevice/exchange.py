@@ -21,14 +21,12 @@ from fedmpi import comm
 from fedmpi.comm import p2p
 from fedmpi.comm.message_end import mark_end
 from fedmpi.comm.receives import ReceivesInBackground
+from fedmpi.comm.tags import CLIENT_UPLOAD as UPLOAD_TAG
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.core.context import Control
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER
-
-
-UPLOAD_TAG = 1     # a client's upload; its state comes back with the default tag (0) from the same rank
 
 
 def _assignment(r: int) -> str:
