@@ -109,14 +109,15 @@ class ClusterRelay:
 
 
 def what_leaves(cfg, part) -> str:
-    """The start-up line of a PrivacyFace run on albums (docs/BASELINES.md, "What crosses the network")."""
+    """What leaves each client in a PrivacyFace run on albums, the words of its start-up line (core/what_leaves.py;
+    docs/BASELINES.md, "What crosses the network")."""
     from fedmpi.algorithms.dplc import gaussian_sigma
 
     c, o, d = cfg.clients, part.options, cfg.model.embedding_size
     epsilon, delta = o.budget.epsilon, o.budget.release_delta
     most, most_delta = o.budget.spent(c.rounds)
     sigma = gaussian_sigma(o.kappa, o.epsilon_sum, o.delta)
-    return (f"what leaves each client: backbone and its DP clusters ({o.clusters} x {d + 2} values a round it is "
+    return (f"backbone and its DP clusters ({o.clusters} x {d + 2} values a round it is "
             f"sampled, each release ({epsilon:.3g}, {delta:.3g})-DP, noise std {sigma:.3g} a coordinate of its sum; a "
             f"client sampled every round spends ({most:.3g}, {most_delta:.3g})); in this simulation its class "
             f"embeddings ({c.identities_per_client} x {d} values) also travel to the server's store between its "
