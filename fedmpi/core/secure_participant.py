@@ -3,7 +3,8 @@ rank's plain uploads (core/seams.py, Uploads), as Flower's SecAgg+ client mod wr
 participants' messages, batched into one per stage: a silo party's leader carries its party (one participant,
 id = party index + 1), a cross-device trainer rank the clients it trains in the round (id = client + 1).
 
-  begin  before they train: R0 and R1 (advertise keys, share keys) for the round's participants
+  begin  R0 and R1 (advertise keys, share keys) for the round's participants, on a thread of their own
+         while they train (the stages do not depend on the update)
   each   as each is trained: its upload u = [θ | up payloads] becomes x = u − ref, ref = [Θ | 0] (the global
          backbone the round started from; the rule's up payloads, SCAFFOLD's control-variate deltas, are deltas
          already), with fed.dp clipped and given its share of the noise (distributed DP), encoded
@@ -16,6 +17,8 @@ With `dropout` = p each participant misses each stage with probability p, drawn 
 it sends nothing from that stage on. A round the server refuses (below the threshold) gets None at the next
 stage, and the carrier stops there. The server's side is core/secure_exchange.py."""
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import torch
@@ -63,12 +66,17 @@ class SecureUploads:
                             comm=self.control.mpi)
 
     def begin(self, r: int, participants: list[int], down: torch.Tensor) -> None:
-        """R0 and R1 for this carrier's participants of round r (indices: party or client), before they train."""
+        """R0 and R1 for this carrier's participants of round r (indices: party or client). They do not depend on
+        the update: they run on a thread of their own while the participants train (the control channel is MPI
+        with THREAD_MULTIPLE, and their tags are theirs alone), and the first `each` or `end` waits for them."""
         self.r, self.order, self.next, self.down = r, list(participants), 0, down
         self.plan = dropout_plan(self.seed, self.rate, r, participants)
         self.people = {u: Participant(u, self.encoding.bits) for u in self.plan if self.plan[u] != "advertise"}
         self.members: list[int] = []
         self.partial = np.zeros(self.length, dtype=self.encoding.dtype)
+        self.keys = Beside(self._key_stages)
+
+    def _key_stages(self) -> None:
         self._send({u: p.advertise() for u, p in self.people.items()}, SECAGG_KEYS, "the SecAgg keys")
         setups = self._receive(SECAGG_SETUP, "the SecAgg session")
         sent = {}
@@ -83,6 +91,7 @@ class SecureUploads:
 
     def each(self, upload: torch.Tensor) -> None:
         """The next participant's upload [θ | up payloads], as it is trained: masked into the partial sum."""
+        self.keys.join()
         k = self.order[self.next]
         self.next += 1
         u = k + 1
@@ -103,6 +112,7 @@ class SecureUploads:
 
     def end(self, total=None) -> None:
         """R2's partial sum and its members, then R4's shares of this carrier's participants that answer."""
+        self.keys.join()
         bits = self.encoding.bits
         if bits < 8 * self.partial.itemsize:
             np.bitwise_and(self.partial, self.partial.dtype.type((1 << bits) - 1), out=self.partial)
@@ -117,3 +127,25 @@ class SecureUploads:
         answers = {u: self.people[u].unmask(survivors, dropped) for u in self.members
                    if u in survivors and self.plan[u] != "unmask"}
         self._send(answers, SECAGG_UNMASK, "the unmasking shares")
+
+
+class Beside:
+    """work() on a daemon thread (a run that fails elsewhere is not held at exit by its waits); `join` waits for
+    it and raises what it raised, once."""
+
+    def __init__(self, work):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,), name="secagg-keys", daemon=True)
+        self.thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            work()
+        except BaseException as exc:     # noqa: BLE001 - handed to the thread that joins
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
