@@ -52,7 +52,7 @@ class Exchange(Protocol):
 class Uploads(Protocol):
     """A carrier rank's uploads of a round (trainer side): a silo party's leader carries its party's upload, a
     cross-device trainer rank those of the clients it trains. The plain ones send them as they are
-    (silo/exchange.py LeaderUpload, crossdevice/exchange.py RankUploads); core/secure_participant.py masks them."""
+    (silo/exchange.py LeaderUpload, crossdevice/rank_uploads.py RankUploads); core/secure_participant.py masks them."""
     each: Callable[[torch.Tensor], None] | None   # takes each participant's upload as it is trained (None: the
                                                   # carrier sums them and `end` sends the sum)
 

@@ -9,7 +9,8 @@ from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.album_clusters import ClientKit
-from fedmpi.crossdevice.exchange import TrainerSide, client_group, rank_uploads
+from fedmpi.crossdevice.exchange import TrainerSide, client_group
+from fedmpi.crossdevice.rank_uploads import rank_uploads
 from fedmpi.crossdevice.local_training import LocalTrainer
 from fedmpi.crossdevice.evaluation_shares import TrainerShare
 from fedmpi.core.trainer_loop import run_trainer_rounds
