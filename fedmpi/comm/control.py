@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
+from fedmpi.comm.tags import BCAST as TAG_BCAST, GATHER as TAG_GATHER
+
 
 def _world():
     from mpi4py import MPI
@@ -16,7 +18,6 @@ def _world():
 # An idle rank polls with naps that double up to MAX_NAP_S: a few dozen wake-ups a second, well under 1 % of a
 # core, and at most MAX_NAP_S of added latency per control message.
 MIN_NAP_S, MAX_NAP_S = 1e-4, 0.02
-TAG_GATHER, TAG_BCAST = 7401, 7402
 
 
 class CommTimeout(RuntimeError):

@@ -90,6 +90,10 @@ def refusal(cfg) -> str:
     if cfg.cross_device and rule.client_state:
         return (f"{rule.name}'s clients' states ({', '.join(rule.client_state)}) are kept by the server, one per "
                 f"client, in the clear: use a stateless rule across devices")
+    if cfg.cross_device and cfg.clients.face_clients:
+        return ("the face clients' class embeddings (one row each: with one identity a client, its owner's face "
+                "template) are kept by the server, one per client, in the clear: use clients.dataset=cifar10 (or "
+                "synthetic), or the silo setting")
     if rule.classes.leaves:
         return (f"{rule.name} sends each party's class embeddings (or their summaries) for a step on every row, "
                 f"which a sum cannot give: use one of {', '.join(COMPOSES)}")

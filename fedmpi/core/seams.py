@@ -49,6 +49,17 @@ class Exchange(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+class Uploads(Protocol):
+    """A carrier rank's uploads of a round (trainer side): a silo party's leader carries its party's upload, a
+    cross-device trainer rank those of the clients it trains. The plain ones send them as they are
+    (silo/exchange.py LeaderUpload, crossdevice/rank_uploads.py RankUploads); core/secure_participant.py masks them."""
+    each: Callable[[torch.Tensor], None] | None   # takes each participant's upload as it is trained (None: the
+                                                  # carrier sums them and `end` sends the sum)
+
+    def begin(self, r: int, participants: list[int], down: torch.Tensor) -> None: ...   # before they train
+    def end(self, total: torch.Tensor | None = None) -> None: ...                        # after the last
+
+
 class Weighting(Protocol):
     def for_round(self, r: int, rows: torch.Tensor | None) -> torch.Tensor | None: ...   # the round's w
 

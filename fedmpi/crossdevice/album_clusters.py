@@ -20,11 +20,10 @@ from fedmpi.comm import p2p
 from fedmpi.config.clients import clients_per_round
 from fedmpi.crossdevice.client_objective import OwnClassRows, client_objective
 from fedmpi.crossdevice.cluster_pool import ClusterPool
+from fedmpi.comm.tags import CLUSTERS as TAG_CLUSTERS
 from fedmpi.layout import SERVER
 from fedmpi.models.cone_negatives import consensus_aware_loss
 from fedmpi.models.heads import make_margin
-
-TAG_CLUSTERS = 4     # gloo matches a pair's messages by tag: never a state's (0) or an upload's (1)
 
 
 class AlbumRows(OwnClassRows):

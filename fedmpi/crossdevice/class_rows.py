@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from fedmpi.core.seams import NoClasses
+from fedmpi.core.what_leaves import line
 from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
@@ -50,17 +51,18 @@ class WhatLeaves:
 
     def nothing(self) -> str:
         """The rows travel with the client's state even where no part steps on them."""
-        return (f"what leaves each client: backbone, its class embeddings ({self.n} x {self.d} values; the server "
-                f"sees W for all {self.cfg.clients.population} clients: with one identity a client, its owner's face "
-                f"template)")
+        return line(self.cfg, f"backbone, its class embeddings ({self.n} x {self.d} values; the server sees W for all "
+                              f"{self.cfg.clients.population} clients: with one identity a client, its owner's face "
+                              f"template)", "client")
 
     def rows(self, part) -> str:
         return self.nothing()
 
     def summaries(self, part) -> str:
-        return (f"what leaves each client: backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in "
-                f"this simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's store "
-                f"between its rounds, which a real device keeps: the method reads none of them")
+        return line(self.cfg, f"backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in this "
+                              f"simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's "
+                              f"store between its rounds, which a real device keeps: the method reads none of them",
+                    "client")
 
 
 class DeviceRows(NoClasses):

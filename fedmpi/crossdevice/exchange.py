@@ -21,14 +21,12 @@ from fedmpi import comm
 from fedmpi.comm import p2p
 from fedmpi.comm.message_end import mark_end
 from fedmpi.comm.receives import ReceivesInBackground
+from fedmpi.comm.tags import CLIENT_UPLOAD as UPLOAD_TAG
 from fedmpi.crossdevice.client_state import ClientStore
 from fedmpi.crossdevice.sampler import ClientSampler, assign_to_ranks
 from fedmpi.core.context import Control
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.layout import SERVER
-
-
-UPLOAD_TAG = 1     # a client's upload; its state comes back with the default tag (0) from the same rank
 
 
 def _assignment(r: int) -> str:
@@ -71,7 +69,7 @@ class ClientExchange:
     @property
     def upload_names(self) -> list[str]:
         """What the server's messages call each upload of the round: the sampled clients, in the order of `rows`."""
-        return [f"client {k}" for k in self.clients]
+        return [self.participant_name(k) for k in self.clients]
 
     def example_weights(self) -> torch.Tensor:
         """n_k / sum n_k over the round's clients, in the order of `rows`: the weighting of the mean (FedAvg)."""
@@ -91,12 +89,25 @@ class ClientExchange:
         self._down_bytes = down.numel() * down.element_size()
         dist.broadcast(down, src=SERVER, group=self.group)
 
-    def post(self, r: int) -> None:
-        """Sample round r's clients, tell each trainer rank its share (and send their states), start receiving
-        the states back and the reduction of the clients' payloads."""
+    @property
+    def participants(self) -> list[int]:
+        """The round's sampled clients, in the order of `rows` and of the log."""
+        return self.clients
+
+    def participant_name(self, k: int) -> str:
+        return f"client {k}"
+
+    def carriers(self, r: int) -> list[tuple[int, list[int]]]:
+        """Sample round r's clients and tell each trainer rank its share: (rank, the clients it trains)."""
         self.clients = self.sampler.sample()
         assignment = assign_to_ranks(self.clients, self.sizes, len(self.trainers))
         comm.bcast((r, assignment), what=_assignment(r), timeout_s=self.control.timeout_s, comm=self.control.mpi)
+        return list(zip(self.trainers, assignment))
+
+    def post(self, r: int) -> None:
+        """Round r's clients and their trainer ranks (carriers; and send their states), start receiving the
+        states back and the reduction of the clients' payloads."""
+        assignment = [ks for _, ks in self.carriers(r)]
         # NCCL matches a pair's point-to-point operations in issue order (gloo by tag): the receives are posted
         # in the order each trainer rank sends, its clients' uploads while it trains them, then their states
         outgoing = self._send_states(assignment) if self.store is not None else []

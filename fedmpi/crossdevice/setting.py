@@ -16,8 +16,8 @@ from fedmpi.crossdevice.evaluation import EVAL_COLUMNS, TestAccuracy
 from fedmpi.crossdevice.exchange import ClientExchange, client_group
 from fedmpi.crossdevice.face_clients import idle_loss_line
 from fedmpi.crossdevice.sampler import ClientSampler
+from fedmpi.core.secure_exchange import log_table as secure_log_table, secure_or_plain
 from fedmpi.core.secure_uploads import session_line
-from fedmpi.crossdevice.secure_exchange import SecureClientExchange, log_table as secure_log_table
 from fedmpi.core.driver import drive
 from fedmpi.core.server import Server
 from fedmpi.core.seams import NoClasses
@@ -57,18 +57,14 @@ class CrossDeviceSetting:
     def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> ClientExchange:
         ctx, parts = self.ctx, self.parts
         trainers = ctx.layout.trainer_ranks
-        if self.cfg.fed.secure_aggregation.enabled:
-            self.uploads = SecureClientExchange(self.cfg, trainers, client_group(trainers), ctx.control, self.sampler,
-                                                self.data.sizes(), up_numel, parts.state.numel, parts.device,
-                                                parts.dtype, log=log)
-            return self.told_of_idle_loss(self.uploads)
         self.uploads = ClientExchange(trainers, client_group(trainers), ctx.control, self.sampler, self.data.sizes(),
                                       up_numel, parts.device, parts.dtype, log=log,
                                       store=client_store(parts.rule, parts.state.trainable, len(self.data.parts),
                                                          self.data.per_client * self.cfg.model.embedding_size,
                                                          self.cfg.fed.upload_check.norm_ratio),
                                       every_upload=parts.every_upload)
-        return self.told_of_idle_loss(self.uploads)
+        # under fed.secure_aggregation wrapped by the session that takes the clients' uploads
+        return secure_or_plain(self.cfg, self.told_of_idle_loss(self.uploads), up_numel, parts.state.numel, log)
 
     def told_of_idle_loss(self, exchange: ClientExchange) -> ClientExchange:
         """Face clients: the launch's first round says in one line when their loss is ~0 (face_clients.py)."""

@@ -10,8 +10,8 @@ from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.album_clusters import ClientKit
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
+from fedmpi.crossdevice.rank_uploads import rank_uploads
 from fedmpi.crossdevice.local_training import LocalTrainer
-from fedmpi.crossdevice.secure_clients import SecureClients
 from fedmpi.crossdevice.evaluation_shares import TrainerShare
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.driver import drive
@@ -40,12 +40,9 @@ class ClientTrainer:
                                   vectorised=cfg.clients.vectorised(cfg, parts.device.type),
                                   objective=self.classes.objective)
         self.previous = self.local.down.theta.clone()
-        self.each = self.trainer_side.send_upload if parts.every_upload else None
-        # each client masks its own upload (fed.secure_aggregation): the rank sends their masked sum
-        self.secure = SecureClients.build(cfg, ctx.control, self.local.data.sizes(), self.state.numel,
-                                          self.local.up.flat.numel())
-        if self.secure:
-            self.each = self.secure.add
+        # each client's upload, or their sum; masked under fed.secure_aggregation (core/secure_participant.py)
+        self.uploads = rank_uploads(cfg, self.trainer_side, parts.every_upload, self.local.data.sizes(),
+                                    self.state.numel, self.local.up.flat.numel())
         # the CIFAR clients' test accuracy is scored on every rank (the face clients' verification on the server)
         self.test_share = None if cfg.clients.face_clients else TrainerShare(cfg, ctx.rank, trainers, ctx.control,
                                                                              parts, data)
@@ -62,23 +59,19 @@ class ClientTrainer:
         self.lr = lr
         self.clients = self.trainer_side.receive_assignment(r)
         self.classes.prepare(r)
-        if self.secure:
-            self.secure.prepare(r, self.clients, self.local.down.flat)
+        self.uploads.begin(r, self.clients, self.local.down.flat)
         layout = self.local.layout
         self.states = self.trainer_side.receive_states(len(self.clients), layout.initial) if layout else None
 
     def train(self, r: int, lr: float) -> tuple:
         """The clients one after another: (sum n_k [theta_k | up payloads] | sum n_k, the round's statistics)."""
-        return self.local.train_round(self.local.down.flat, self.clients, r, lr, self.states, self.each)
+        return self.local.train_round(self.local.down.flat, self.clients, r, lr, self.states, self.uploads.each)
 
     def exchange(self, r: int, trained) -> None:
         ex, local = self.trainer_side, self.local
         if self.states:
             ex.send_states(self.states)
-        if self.each is None:
-            ex.send_local(trained[0])
-        if self.secure:
-            self.secure.finish()
+        self.uploads.end(trained[0])
         self.classes.upload(r)
         self.previous.copy_(local.down.theta)
         ex.receive_global(local.down.flat)

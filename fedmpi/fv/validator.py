@@ -40,10 +40,9 @@ from fedmpi.core.context import Context
 from fedmpi.fv import assign_sets, needs_validation_sets  # noqa: F401 - importable from here too
 from fedmpi.fv.pair_subset import fv_fold_pairs, fv_pair_subset, subset_fv_accuracy
 from fedmpi.core.state import BackboneState
+from fedmpi.comm.tags import FV_CONTROL as TAG_CONTROL, FV_REPLY as TAG_REPLY
 from fedmpi.layout import SERVER
 
-TAG_CONTROL = 7301
-TAG_REPLY = 7302
 SCORE, EVALUATE, STOP = "score", "evaluate", "stop"
 CONTROL_WORDS = (SCORE, EVALUATE, STOP)
 TRACE_ENV = "FEDMPI_VALIDATOR_TRACE"

@@ -17,11 +17,11 @@ import torch.distributed as dist
 
 from fedmpi import comm
 from fedmpi.comm import p2p
+from fedmpi.comm.tags import CLASS_DOWN as TAG_DOWN, CLASS_UP as TAG_UP
 from fedmpi.layout import SERVER, Party
 from fedmpi.models.class_centres import shard_bounds
 from fedmpi.models.cone_negatives import valid_cones
 
-TAG_UP, TAG_DOWN = 2, 3          # gloo matches a pair's messages by tag: never those of the backbone (tag 0)
 RECEIVED = "received"            # a summary part's trainer-state key: the other parties' summaries
 
 

@@ -23,7 +23,8 @@ from fedmpi.aggregation.party_rows import PartyRows
 from fedmpi.comm.node_share import keepers
 from fedmpi.core.context import Control, Groups
 from fedmpi.core.seams import RoundStats, round_statistics
-from fedmpi.layout import SERVER, Party
+from fedmpi.core.secure_participant import secure_or_plain
+from fedmpi.layout import SERVER, Party, party_batches
 
 
 class SiloExchange:
@@ -41,17 +42,31 @@ class SiloExchange:
         self.leaders, self.control, self.dtype = leaders, control, dtype
         self._columns = columns
         self._point_to_point = uploads_point_to_point(device)
-        self._buffers = [PartyRows(len(parties), up_numel, dtype=dtype, device=device, columns=len(columns),
-                                   lead=0 if self._point_to_point else 1) for _ in range(1 + kept)]
+        # made on the first post: an exchange wrapped by one that takes the uploads itself (core/secure_exchange.py)
+        # never holds the rows
+        self._new_buffers = lambda: [PartyRows(len(parties), up_numel, dtype=dtype, device=device,
+                                               columns=len(columns), lead=0 if self._point_to_point else 1)
+                                     for _ in range(1 + kept)]
+        self._buffers: list[PartyRows] = []
         self._leaders = [p.leader for p in parties]
         self.upload_names = [p.name for p in parties]    # what the server's messages call each row
+        self.participants = list(range(len(parties)))
         self._next = 0
         self._latest: PartyRows | None = None
         self._work: list = []
         self._sizes = (up_numel + len(columns), down_numel)
         self._intra_receivers = intra_receivers
 
+    def carriers(self, r: int) -> list[tuple[int, list[int]]]:
+        """(rank, the participants it carries): each party's leader carries its party's upload."""
+        return [(leader, [i]) for i, leader in enumerate(self._leaders)]
+
+    def participant_name(self, i: int) -> str:
+        return f"party {self.upload_names[i]}"
+
     def post(self, r: int) -> None:
+        if not self._buffers:
+            self._buffers = self._new_buffers()
         into = self._buffers[self._next]
         self._pending = into
         if self._point_to_point:
@@ -144,6 +159,31 @@ def uploads_point_to_point(device) -> bool:
     own included, in a temporary [P+1, D_up] of its own every round. On GPUs a gather (NCCL's receives into the
     rows; gloo, where ranks share a GPU, has no send/receive of CUDA tensors)."""
     return torch.device(device).type == "cpu"
+
+
+class LeaderUpload:
+    """A party leader's plain upload (core/seams.py, Uploads): [θ_i | up payloads | columns] as it is."""
+    def __init__(self, leaders):
+        self.leaders = leaders
+
+    def begin(self, r: int, participants: list[int], down: torch.Tensor) -> None:
+        pass
+
+    def each(self, upload: torch.Tensor) -> None:
+        send_local(upload, self.leaders)
+
+    def end(self, total=None) -> None:
+        pass
+
+
+def leader_upload(cfg, ctx, up_numel: int, backbone: int):
+    """The leader's upload, masked under fed.secure_aggregation; each party weighs its batch per step over the
+    largest (fed.weighting=batch: public, from the config) or 1."""
+    parties = ctx.layout.parties
+    sizes = (None if cfg.fed.weighting == "uniform"
+             else np.array(list(party_batches(cfg, ctx.layout).values()), dtype=np.float64))
+    return secure_or_plain(cfg, LeaderUpload(ctx.groups.leaders), ctx.control, lambda i: f"party {parties[i].name}",
+                           sizes, backbone, up_numel)
 
 
 def send_local(upload: torch.Tensor, leaders) -> None:

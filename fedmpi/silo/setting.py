@@ -18,8 +18,9 @@ from fedmpi.metrics.personal import personal_columns
 from fedmpi.silo.classes import party_rows
 from fedmpi.evaluation.benchmarks import Benchmarks, log_columns as benchmark_columns
 from fedmpi.silo.exchange import SiloExchange, intra_receivers
+from fedmpi.core.secure_exchange import secure_or_plain
 from fedmpi.core.secure_uploads import session_line
-from fedmpi.silo.secure_exchange import SecureSiloExchange, leaves_party, upload_check_note
+from fedmpi.core.what_leaves import leaves, line as what_leaves
 from fedmpi.silo.server_classes import ServerKit
 from fedmpi.silo.side_work import SideWork
 
@@ -39,7 +40,7 @@ class SiloSetting:
         self.data_description = data_description
         rule = parts.rule
         self.log_schema = {"val_sets": list(cfg.data.val_sets), "fv_candidates": cfg.fv.T if fv_runs(cfg) else 0,
-                           "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": leaves_party(cfg, rule.leaves_party)}}
+                           "eval_columns": benchmark_columns(cfg), "attrs": {"leaves_party": leaves(cfg, rule.leaves_party)}}
         self.party_tables = party_tables(cfg, rule)
         P = len(self.parties)
         self.log_schema["extra_tables"] = {table: {"round": ((), "i8"), **{c: ((P,), "f8") for c in columns}}
@@ -54,16 +55,14 @@ class SiloSetting:
         benchmarks = Benchmarks.build(cfg, self.parts) if cfg.eval.every > 0 else None
         return SideWork(cfg, log, self.parties, initial_weights(cfg, ctx.layout), pool, benchmarks, ctx.device)
 
-    def exchange(self, log, up_numel: int, down_numel: int, kept: int) -> SiloExchange:
+    def exchange(self, log, up_numel: int, down_numel: int, kept: int):
+        """The parties' exchange; under fed.secure_aggregation wrapped by the session that takes the uploads."""
         ctx = self.ctx
         shared = shared_parties(ctx.layout, ctx.shares)
-        if self.cfg.fed.secure_aggregation.enabled:
-            return SecureSiloExchange(self.cfg, ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel,
-                                      down_numel, self.parts.state.numel, ctx.dtype,
-                                      intra_receivers(ctx.layout.parties, shared))
-        return SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
-                            ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
-                            columns=self.parts.rule.training.upload_columns)
+        plain = SiloExchange(ctx.layout.parties, ctx.groups.leaders, ctx.control, up_numel, down_numel, ctx.device,
+                             ctx.dtype, kept=kept, intra_receivers=intra_receivers(ctx.layout.parties, shared),
+                             columns=self.parts.rule.training.upload_columns)
+        return secure_or_plain(self.cfg, plain, up_numel, self.parts.state.numel)
 
     def class_exchange(self, part):
         """The class part's server-side transport (silo/server_classes.py)."""
@@ -87,10 +86,21 @@ def party_tables(cfg: Config, rule) -> dict[str, list[str]]:
 
 
 def run_silo_server(cfg: Config, ctx: Context, parts: RunParts, run_dir, data_description: dict, resume=None) -> int:
-    print(f"what leaves each party: {leaves_party(cfg, parts.rule.leaves_party)}", flush=True)
+    print(what_leaves(cfg, parts.rule.leaves_party), flush=True)
     for note in (session_line(cfg), upload_check_note(cfg)):
         if note:
             print(note, flush=True)
     server = Server(cfg, parts, SiloSetting(cfg, ctx, parts, data_description), run_dir,
                     resume_round=resume.round if resume else None, config_changes=resume.changes if resume else None)
     return drive(server, cfg, ctx, run_dir, resume)
+
+
+def upload_check_note(cfg) -> str | None:
+    """Why the upload check is not run under secure aggregation, and what bounds a party's upload instead, or
+    None."""
+    s = cfg.fed.secure_aggregation
+    if not s.enabled or cfg.fed.upload_check.action == "off":
+        return None
+    return (f"note: fed.upload_check needs each upload, which secure aggregation hides: not run; each party clips "
+            f"every entry of its weighted update to ±{s.clipping_range:g} (fed.secure_aggregation.clipping_range) "
+            f"before encoding, which bounds what one party can add")

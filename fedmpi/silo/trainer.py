@@ -18,11 +18,10 @@ from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.schedule import evaluation_due
 from fedmpi.silo.attack import attack_scale, scale_update, short_rows
 from fedmpi.silo.classes import PartyKit
-from fedmpi.silo.exchange import receive_global, report as send_statistics, send_local
+from fedmpi.silo.exchange import leader_upload, receive_global, report as send_statistics
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
 from fedmpi.silo.party_parts import PartyParts
 from fedmpi.silo.party_gradients import party_model
-from fedmpi.silo.secure_upload import SecureUpload
 from fedmpi.silo.precision import Precision
 from fedmpi.silo.step_speed import StepSpeed
 from fedmpi.models.bn_groups import normalise_in_groups
@@ -55,7 +54,8 @@ class Trainer(PartyParts, PartyCheckpoint):
         self.keeps = self.node is None or self.node.keeps
         self._payloads()
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
-        self.secure = SecureUpload.build(cfg, ctx, self.party, self.state.numel) if self.is_leader else None
+        # the leader's upload, masked under fed.secure_aggregation (core/secure_participant.py)
+        self.uploads = leader_upload(cfg, ctx, self.up.flat.numel(), self.state.numel) if self.is_leader else None
         self.take_global()
         group = self.groups.party
         self.precision = Precision(cfg.optim.amp, self.device, group=group, weight_cache=not self.speed.graphs)
@@ -81,6 +81,8 @@ class Trainer(PartyParts, PartyCheckpoint):
 
     def prepare(self, r: int, lr: float) -> None:
         self.set_lr(lr)
+        if self.is_leader:
+            self.uploads.begin(r, [self.party.index], self.down.flat)
         if self.training.fresh_optimizer:   # a new local optimizer every round: no momentum carried over
             for opt in self.optimizers:
                 opt.reset()
@@ -189,10 +191,8 @@ class Trainer(PartyParts, PartyCheckpoint):
             scale_update(self.up.trainable, self.down.trainable, self.attack)
         for name, slot in self.up.columns.items():
             slot.fill_(getattr(self.objective, name)())
-        if self.secure is not None:   # masked, over the secure-aggregation session (silo/secure_upload.py)
-            self.secure.upload(r, self.up.flat, self.down.flat)
-        else:
-            send_local(self.up.flat, self.groups.leaders)
+        self.uploads.each(self.up.flat)
+        self.uploads.end()
 
     def take_global(self, then=None) -> None:
         """The new global payload (and then(), which rebuilds the rule's global_state from it) on the keeper of the

@@ -1,4 +1,4 @@
-"""Secure aggregation across devices under mpirun (crossdevice/secure_clients.py, crossdevice/secure_exchange.py):
+"""Secure aggregation across devices under mpirun (core/secure_participant.py, core/secure_exchange.py):
 each sampled client masks its own upload, its trainer rank sends the masked sum of its clients, and with
 clients.dropout some clients miss a stage. Round 1's global model is exactly Θ0 + the decoded sum of the
 surviving clients' encodings (the same encodings made here in one process from the one-process reference's

@@ -1,4 +1,4 @@
-"""Secure aggregation under mpirun (fed.secure_aggregation; fedmpi/secagg, silo/secure_exchange.py): for every rule
+"""Secure aggregation under mpirun (fed.secure_aggregation; fedmpi/secagg, core/secure_exchange.py): for every rule
 that composes with it, a SecAgg run follows the plain run of the same config: the first round's losses (trained
 before any aggregation) are equal, Θ after round 1 is within the quantisation's bound of the plain Θ, round 2's Θ
 and losses stay close, while the server only ever held the masked sum. The log says "masked", and bytes up are

@@ -68,8 +68,8 @@ def silo_round(device, name: str, checked: bool = False) -> torch.Tensor:
     parties = [SimpleNamespace(leader=1 + i, name=f"p{i}") for i in range(P)]
     exchange = SiloExchange(parties, None, None, up_numel=D, down_numel=D, device=torch.device(device),
                             dtype=torch.float32, kept=1)
-    exchange._buffers[0].rows.copy_(UPLOADS)
-    exchange._latest = exchange._buffers[0]
+    exchange._latest = exchange._new_buffers()[0]
+    exchange._latest.rows.copy_(UPLOADS)
     reference = torch.ones(D, device=device)           # Θ, the server's global payload
     out = torch.empty(D, device=device)
     return aggregate(aggregators(reference)[name], exchange, W.clone(), reference, out, checked)

@@ -99,3 +99,11 @@ def test_distributed_dp_shares_add_up_to_the_central_noise():
     assert abs(shared.std() - 0.5) < 0.005 and abs(shared.mean()) < 0.005
     small = np.full(4, 0.01)
     assert np.abs(dp_share(small.copy(), 2.0, 0.0) - small).max() == 0     # within C: kept whole
+
+
+def test_the_face_clients_are_refused_their_rows_would_reach_the_server_in_the_clear():
+    """Their class embeddings travel to the server's store between rounds, which masking cannot hide (and such a
+    run waited for ever for the states the secure exchange never sends)."""
+    with pytest.raises(ConfigError, match="^" + MODE + "the face clients' class embeddings .* in the clear: use "
+                                          r"clients.dataset=cifar10 \(or synthetic\), or the silo setting$"):
+        load_config("configs/faces_devices.yaml", ["fed.algorithm=fedavg", "fed.options={}", *ON])
