@@ -1,7 +1,7 @@
 """What a run logged, exactly, for the harness scripts (rule_losses.py, device_losses.py): every table of its log
 (floats as their hex), the log's descriptive attributes (what leaves a party, the data), the final Θ's sha256 and
 the lines the run printed (rates and clocks masked); and the one mpirun launch that makes a plan of runs
-(tests/support/mpi_scripts/runs_in_one_launch.py). A refactor that must not change behaviour diffs these digests
+(tests/support/mpi_scripts/harness_runs.py). A refactor that must not change behaviour diffs these digests
 before and after (harness_diff.py).
 
 The launch imports the fedmpi beside the jobs package this process imported (jobs/mpirun.py puts its root first
@@ -84,7 +84,7 @@ def launch(world: int, runs: dict[str, list[str]], base: Path, timeout: float = 
     plan = [[*args, f"log.dir={base}", f"log.name={name}", f"data.root={base / 'data'}",
              f"run.save_final={base / name}.pt"] for name, args in runs.items()]
     (base / "plan.json").write_text(json.dumps(plan, indent=1))
-    done = mpirun(world, [str(HERE / "mpi_scripts" / "runs_in_one_launch.py"), str(base / "plan.json")],
+    done = mpirun(world, [str(HERE / "mpi_scripts" / "harness_runs.py"), str(base / "plan.json")],
                   timeout=timeout)
     (base / "stdout.txt").write_text(done.stdout)
     if done.returncode:
