@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "mpi")]
+sys.path[:0] = [str(HERE)]
 
-from algorithm_harness import rule_overrides  # noqa: E402
 from run_digest import launch_and_digest  # noqa: E402
+from tiny_runs import rule_overrides  # noqa: E402
 
 # the rules' special inputs are their tests': FedFR's public set (tests/mpi/test_fedfr_runs.py), PrivacyFace's
 # wide cones released from few identities (tests/mpi/test_relayout_runs.py)
