@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 from fedmpi.aggregation.aggregators import WeightedMean
 from fedmpi.algorithms.class_parts import ClassPart
+from fedmpi.algorithms.method import Parts
 from fedmpi.algorithms.objective import LocalTraining
 from fedmpi.algorithms.server_optim import ServerOptimizer
 
@@ -85,22 +86,20 @@ class Algorithm:
     # clients. False for a rule that reshapes what it reads (PFM's flat M).
     cohort_vectorisable: ClassVar[bool] = True
     def __init__(self, options=None, *, weight_decay: float = 0.0, local_momentum: float = 0.0,
-                 server: ServerOptimizer | None = None):
+                 server: ServerOptimizer | None = None, parts: Parts | None = None):
+        """parts: the method this rule is the backbone of (method.Method builds it so); None: the rule alone."""
         self.options = options if options is not None else self.Options()
         self.weight_decay = weight_decay
         self.local_momentum = local_momentum
         self.server = server if server is not None else ServerOptimizer.build("sgd")
-        self.classes = ClassPart(self.options)
-
-    def composed(self, name: str, classes: ClassPart, training: type[LocalTraining]) -> "Algorithm":
-        """This backbone rule as the method `name` with these parts (method.Method builds it)."""
-        self.name, self.classes, self.training = name, classes, training
-        return self
+        if parts is None:
+            parts = Parts(type(self).name, ClassPart(self.options), type(self).training)
+        self.name, self.classes, self.training = parts.name, parts.classes, parts.training
 
     @classmethod
-    def from_config(cls, cfg, options, server: ServerOptimizer) -> "Algorithm":
+    def from_config(cls, cfg, options, server: ServerOptimizer, parts: Parts | None = None) -> "Algorithm":
         return cls(options, weight_decay=cfg.optim.weight_decay, local_momentum=cfg.fed.local_momentum,
-                   server=server)
+                   server=server, parts=parts)
 
     # ---- trainer side
     def init_trainer_state(self, params: list[torch.Tensor]) -> dict:

@@ -1,30 +1,33 @@
 """The options the methods that move class embeddings share (FedAwS, FedGC, PrivacyFace; docs/BASELINES.md): each
-is a composition (method.py) of a backbone rule, their papers' local SGD (FedAvg's) or FedFace's PFM (eq. 3,
-`backbone: pfm`), whose server averages the backbones as FedAvg does, with the method's own class part. They run
+is a composition (method.py) of a backbone rule, their papers' local SGD (FedAvg's), FedFace's PFM (eq. 3,
+`backbone: pfm`) or another registered rule `backbone` names, with the method's own class part. They run
 in the silo setting, and across devices too where the clients hold faces (validate_devices)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.algorithms.method import BACKBONES
+from fedmpi.algorithms.registry import backbone_rule
 from fedmpi.errors import ConfigError
 
 CLASS_MOMENTUM = ("keep", "reset")
+# the backbones whose local step carries a momentum of its own (local_momentum_default None)
+OWN_MOMENTUM = {"pfm": "global momentum (eq. 3)", "mime_lite": "server momentum (fed.options.momentum)"}
 
 
 @dataclass
 class ClassRuleOptions:
-    backbone: str = "fedavg"         # the backbone's local step: fedavg (local SGD, the papers') | pfm (FedFace's M)
+    backbone: str = "fedavg"         # the backbone rule: fedavg (local SGD, the papers') | pfm (FedFace's M) | any
+                                     # registered rule without parts of its own (registry.backbones), its options beside these
 
     def validate(self, cfg) -> None:
         rule = cfg.fed.algorithm
-        if self.backbone not in BACKBONES:
-            raise ConfigError(f"fed.options.backbone: {self.backbone!r} is not one of {', '.join(BACKBONES)}")
+        backbone = backbone_rule(self.backbone, rule)
         if cfg.cross_device:
             self.validate_devices(cfg)
-        if self.backbone == "pfm" and cfg.fed.local_momentum:
-            raise ConfigError(f"fed.local_momentum: {rule} with fed.options.backbone=pfm steps the backbone with "
-                              f"PFM's global momentum (eq. 3); leave fed.local_momentum empty or 0")
+        if backbone.local_momentum_default is None and cfg.fed.local_momentum:
+            raise ConfigError(f"fed.local_momentum: {rule} with fed.options.backbone={self.backbone} steps the "
+                              f"backbone with {backbone.label}'s {OWN_MOMENTUM.get(self.backbone, 'own momentum')}; "
+                              f"leave fed.local_momentum empty or 0")
 
     def validate_devices(self, cfg) -> None:
         """Across devices the class embeddings are the face clients' own (one row per identity a client holds, kept

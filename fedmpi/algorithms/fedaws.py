@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from fedmpi.algorithms.class_parts import RowsPart
 from fedmpi.algorithms.class_rules import RowRuleOptions
+from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
@@ -88,4 +89,4 @@ class Spreadout(RowsPart):
         return {"spreadout": loss}
 
 
-FedAwS = Method("fedaws", "FedAwS", "#e377c2", FedAwSOptions, classes=Spreadout)
+FedAwS = Method("fedaws", "FedAwS", "#e377c2", FedAwSOptions, FedAvg, classes=Spreadout)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from fedmpi.algorithms.class_parts import RowsPart
 from fedmpi.algorithms.class_rules import RowRuleOptions
+from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
@@ -46,4 +47,4 @@ class CrossClientCorrection(RowsPart):
         return {"reg": reg}
 
 
-FedGC = Method("fedgc", "FedGC", "#d62728", FedGCOptions, classes=CrossClientCorrection)
+FedGC = Method("fedgc", "FedGC", "#d62728", FedGCOptions, FedAvg, classes=CrossClientCorrection)

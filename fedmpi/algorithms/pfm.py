@@ -31,8 +31,9 @@ class PFM(Algorithm):
         self._views_of, self._views = None, []   # M and its parameter-shaped views (_momentum_views)
 
     @classmethod
-    def from_config(cls, cfg, options, server):
-        return cls(options, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay, server=server)
+    def from_config(cls, cfg, options, server, parts=None):
+        return cls(options, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay, server=server,
+                   parts=parts)
 
     def init_trainer_state(self, params):
         import torch

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fedmpi.algorithms.class_parts import SummaryPart
 from fedmpi.algorithms.class_rules import ClassRuleOptions
+from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.method import Method
 from fedmpi.errors import ConfigError
 
@@ -160,4 +161,4 @@ class PrivateClusters(SummaryPart):
                 f"({o.budget.epsilon:.4g}, {o.budget.release_delta:.3g})-DP by basic composition)\n")
 
 
-PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, classes=PrivateClusters)
+PrivacyFace = Method("privacyface", "PrivacyFace", "#2f4b7c", PrivacyFaceOptions, FedAvg, classes=PrivateClusters)

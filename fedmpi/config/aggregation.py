@@ -13,7 +13,7 @@ from fedmpi.aggregation.registry import aggregator_class
 from fedmpi.config.typed import typed_section
 from fedmpi.config.clients import clients_per_round
 from fedmpi.errors import ConfigError
-from fedmpi.config.rules import algorithm_class
+from fedmpi.config.rules import algorithm_method
 from fedmpi.config.sections import fv_runs
 
 
@@ -46,7 +46,7 @@ class DPConfig:
     def validate(self, cfg, fail) -> None:
         if not self.enabled:
             return
-        rule = algorithm_class(cfg)
+        rule = algorithm_method(cfg)
         why = refusal(cfg, rule)
         if why:
             fail("fed.dp.enabled", why)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedmpi.config.parties import DataSpec
-from fedmpi.config.rules import algorithm_class
+from fedmpi.config.rules import algorithm_method
 from fedmpi.config.sections import fv_runs
 
 
@@ -64,7 +64,7 @@ class ClientsConfig:
         if self.face_clients:
             return False
         if self.cohort == "auto":
-            return device_type == "cuda" and algorithm_class(cfg).cohort_vectorisable
+            return device_type == "cuda" and algorithm_method(cfg).cohort_vectorisable
         return self.cohort == "vectorised"
 
     def validate(self, cfg, fail) -> None:
@@ -90,7 +90,7 @@ class ClientsConfig:
             fail("clients.path", "clients.dataset cifar10 needs the cifar-10-batches-py folder")
         if self.eval_images < 0:
             fail("clients.eval_images", f"must be >= 0, got {self.eval_images}")
-        if self.cohort == "vectorised" and not algorithm_class(cfg).cohort_vectorisable:
+        if self.cohort == "vectorised" and not algorithm_method(cfg).cohort_vectorisable:
             fail("clients.cohort", f"vectorised: {cfg.fed.algorithm}'s local step cannot run on stacked clients "
                                    "(Algorithm.cohort_vectorisable); use clients.cohort=sequential or auto")
         if cfg.fed.setting == "solo":

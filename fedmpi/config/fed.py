@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from fedmpi.algorithms.registry import BASELINE, DEFAULT
 from fedmpi.config.aggregation import DPConfig, UploadCheckConfig, validate_aggregation
-from fedmpi.config.rules import algorithm_class, algorithm_options, paper_local_momentum
+from fedmpi.config.rules import algorithm_method, algorithm_options, paper_local_momentum
 from fedmpi.config.secure_aggregation import SecureAggregationConfig
 
 
@@ -28,7 +28,7 @@ class ServerConfig:
 
         if self.optimizer not in ("auto", *OPTIMIZERS):
             fail("fed.server.optimizer", f"{self.optimizer!r} is not one of auto, {', '.join(OPTIMIZERS)}")
-        rule = algorithm_class(cfg)
+        rule = algorithm_method(cfg)
         if rule.fixed_server_optimizer and self.optimizer not in ("auto", rule.server_optimizer):
             fail("fed.server.optimizer", f"{rule.name} is defined by the {rule.server_optimizer} server optimizer; "
                                          f"for {BASELINE} with the {self.optimizer} server optimizer use "

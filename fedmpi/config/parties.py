@@ -126,7 +126,7 @@ class PublicData:
         if self.kind not in ("", "synthetic", "rec", "folder"):
             fail("data.public.kind", f"{self.kind!r} is not one of '' (none), synthetic, rec, folder")
         if self.kind:
-            from fedmpi.config.rules import algorithm_class
+            from fedmpi.config.rules import algorithm_method
 
             self.spec().validate(fail, "data.public")
             if cfg.cross_device:
@@ -135,7 +135,7 @@ class PublicData:
             if self.kind == "synthetic" and held:
                 fail(f"parties.{held[0]}.data.style", "public: the party would hold data.public's synthetic "
                                                       "identities, which must be no party's own")
-            if not algorithm_class(cfg).training.public_identities:
+            if not algorithm_method(cfg).training.public_identities:
                 fail("data.public.kind", f"the public set is read by a rule that trains over its identities too "
                                          f"(fedfr); fed.algorithm={cfg.fed.algorithm} does not (leave it empty)")
 

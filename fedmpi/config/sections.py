@@ -31,7 +31,7 @@ class ModelConfig:
                                      # rule that trains over data.public's identities too (fedfr)
 
     def validate(self, cfg: "Config", fail) -> None:
-        from fedmpi.config.rules import algorithm_class
+        from fedmpi.config.rules import algorithm_method
 
         for key in ("embedding_size", "width", "scale"):
             if not getattr(self, key) > 0:
@@ -40,7 +40,7 @@ class ModelConfig:
             fail("model.init", f"starts an IResNet; the cross-device clients of clients.dataset="
                               f"{cfg.clients.dataset} train a CIFAR CNN (clients.dataset=faces: an IResNet)")
         if self.init_classifier:
-            if not algorithm_class(cfg).training.public_identities:
+            if not algorithm_method(cfg).training.public_identities:
                 fail("model.init_classifier", f"holds the public identities' rows, which only a rule training over "
                                               f"them reads (fedfr); fed.algorithm={cfg.fed.algorithm} does not")
             if not cfg.data.public.kind:

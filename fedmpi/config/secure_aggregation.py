@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedmpi.config.rules import algorithm_class
+from fedmpi.config.rules import algorithm_method
 from fedmpi.config.sections import fv_runs
 from fedmpi.errors import ConfigError
 
@@ -86,7 +86,7 @@ def refusal(cfg) -> str:
     if cfg.fed.dp.enabled and not cfg.cross_device and cfg.fed.weighting != "uniform":
         return ("distributed DP (fed.dp under secure aggregation) weighs the parties alike: each adds the same "
                 "share of the noise; set fed.weighting=uniform")
-    rule = algorithm_class(cfg)
+    rule = algorithm_method(cfg)
     if cfg.cross_device and rule.client_state:
         return (f"{rule.name}'s clients' states ({', '.join(rule.client_state)}) are kept by the server, one per "
                 f"client, in the clear: use a stateless rule across devices")

@@ -12,10 +12,10 @@ import torch
 from fedmpi.aggregation.aggregators import Aggregator
 from fedmpi.aggregation.registry import aggregator_class
 from fedmpi.algorithms.base import Algorithm
-from fedmpi.algorithms.registry import rule as rule_class
 from fedmpi.algorithms.server_optim import ServerOptimizer
 from fedmpi.config import Config
 from fedmpi.config.aggregation import uploads
+from fedmpi.config.rules import algorithm_method
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone, build_client_model
 
@@ -39,19 +39,19 @@ class RunParts:
         return self.aggregator.needs_uploads or self.record_uploads
 
 
-def server_optimizer_name(cfg: Config, rule: type[Algorithm] | None = None) -> str:
-    """fed.server.optimizer, `auto` being the rule's own (`rule`: its class, when already at hand)."""
+def server_optimizer_name(cfg: Config) -> str:
+    """fed.server.optimizer, `auto` being the rule's own (its backbone's)."""
     name = cfg.fed.server.optimizer
-    return (rule or rule_class(cfg.fed.algorithm)).server_optimizer if name == "auto" else name
+    return algorithm_method(cfg).server_optimizer if name == "auto" else name
 
 
 def build_rule(cfg: Config) -> Algorithm:
     """The rule the config names, with its options and server optimizer."""
-    cls, s = rule_class(cfg.fed.algorithm), cfg.fed.server
-    server = ServerOptimizer.build(server_optimizer_name(cfg, cls), s.lr, momentum=s.momentum, nesterov=s.nesterov,
+    method, s = algorithm_method(cfg), cfg.fed.server
+    server = ServerOptimizer.build(server_optimizer_name(cfg), s.lr, momentum=s.momentum, nesterov=s.nesterov,
                                    beta1=s.beta1, beta2=s.beta2, tau=s.tau)
     # the checked config's fed.options holds every field of the rule's Options, typed (config/fed.py)
-    return cls.from_config(cfg, cls.Options(**cfg.fed.options), server)
+    return method.from_config(cfg, method.Options(**cfg.fed.options), server)
 
 
 def build_aggregator(cfg: Config, rule: Algorithm, nonnegative: tuple[slice, ...] = ()) -> Aggregator:

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from fedmpi.algorithms.registry import rule
+from fedmpi.config.rules import algorithm_method
 from fedmpi.layout import rank_batch
 from fedmpi.memory.sizes import backbone_size, feature_map_values
 
@@ -57,7 +57,7 @@ def client_states(cfg) -> tuple[int, float]:
 
     c, b = cfg.clients, DTYPE_BYTES[cfg.run.dtype]
     held = min(c.population, cfg.rounds * clients_per_round(c.population, c.fraction))
-    tensors = len(rule(cfg.fed.algorithm).client_state)
+    tensors = len(algorithm_method(cfg).client_state)
     if not c.face_clients:
         return held, held * tensors * CIFAR_CNN_VALUES * b
     m = cfg.model
@@ -165,7 +165,7 @@ def _sizes(cfg, device: str, torch_build: str, workers: int | None) -> SimpleNam
     """The figures every rank's estimate reads: the backbone's values (D, n trainable, b bytes each), its feature
     maps, the rule's tensors (what its parts declare), whether a party's ranks share a node's copy, workers."""
     m = cfg.model
-    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=rule(cfg.fed.algorithm), gpu=device == "cuda")
+    s = SimpleNamespace(m=m, b=DTYPE_BYTES[cfg.run.dtype], rule=algorithm_method(cfg), gpu=device == "cuda")
     s.D, s.n = backbone_size(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.values, largest = feature_map_values(m.backbone, m.width, m.embedding_size, cfg.data.image_size)
     s.k_up, s.k_down = len(s.rule.up), len(s.rule.down)

@@ -12,16 +12,7 @@ from fedmpi.silo.party_data import batch_stream, open_party_dataset
 from fedmpi.run import prepare_data
 from fedmpi.layout import build_layout
 from shared_runs import data_root_of, declare
-
-# party a: 2 ranks (DDP + sharded classifier), party b: 1 rank; lr drops after round 3 (a round boundary)
-SMALL = [
-    "parties=[{name: a, ranks: 2, data: {style: ms1m, identities: 7, images_per_identity: 4}},"
-    " {name: b, ranks: 1, data: {style: ga, identities: 5, images_per_identity: 4}}]",
-    "data.image_size=16", "data.workers=0", "data.val_pairs_per_fold=4",
-    "model.width=0.125", "model.embedding_size=16", "model.scale=16.0",
-    "optim.batch_size=8", "optim.epochs=2", "optim.steps_per_epoch=3", "optim.milestones=[1]",
-    "run.dtype=float64", "eval.every=0",
-]
+from tiny_runs import SMALL  # party a: 2 ranks (DDP + sharded classifier), party b: 1 rank
 
 
 PFM_K1 = ["fed.algorithm=pfm", "fed.K=1", "fed.weighting=batch"]

@@ -34,13 +34,24 @@ def test_backbone_size_is_the_real_flat_state(backbone, width, embedding, size):
     assert backbone_size(backbone, width, embedding, size) == (state.numel, state.n_trainable)
 
 
+OVER_BACKBONES = [["fed.algorithm=fedaws", "fed.options.backbone=pfm"],
+                  ["fed.algorithm=privacyface", "fed.options.backbone=pfm"],
+                  ["fed.algorithm=fedgc", "fed.options.backbone=scaffold"],
+                  ["fed.algorithm=fedaws", "fed.options.backbone=fedavgm"],
+                  ["fed.algorithm=fedgc", "fed.options.backbone=feddyn", "fed.options.alpha=0.1"],
+                  ["fed.algorithm=fedaws", "fed.options.backbone=mime_lite"]]
+
+
 def test_the_rules_tensors_are_the_rules_own():
-    from fedmpi.algorithms.registry import RULES, rule as declared
+    """What the memory check reads before torch (the method's facts: its backbone's beside its parts') is what
+    the built rule holds, for every rule and for class methods over other backbones."""
+    from fedmpi.algorithms.registry import RULES
+    from fedmpi.config.rules import algorithm_method
     from fedmpi.core.build import build_rule
 
-    for name in RULES:
-        algorithm = build_rule(load_config(None, [f"fed.algorithm={name}"]))
-        facts = declared(name)
+    for overrides in [*([f"fed.algorithm={name}"] for name in RULES), *OVER_BACKBONES]:
+        cfg = load_config(None, overrides)
+        algorithm, facts, name = build_rule(cfg), algorithm_method(cfg), " ".join(overrides)
         params = [torch.zeros(5)]
         trainer = algorithm.init_trainer_state(params)
         server = algorithm.init_server_state(torch.zeros(5), {k: torch.zeros(5) for k in algorithm.down})
@@ -54,6 +65,31 @@ def test_the_rules_tensors_are_the_rules_own():
         assert facts.averages_at_server() == algorithm.server_averages, name
         assert bool(facts.global_state) == bool(algorithm.global_state), name
         assert facts.classes is type(algorithm.classes) and facts.training is algorithm.training, name
+        assert facts.cohort_vectorisable == algorithm.cohort_vectorisable, name
+
+
+def test_a_class_method_over_pfm_counts_pfms_momentum_on_every_trainer_rank():
+    """fed.options.backbone=pfm: the trainer ranks of FedAwS, FedGC and PrivacyFace hold PFM's M (one
+    backbone-sized tensor, n trainable values) as PFM's own ranks do: on a GPU one per trainer rank, on CPU one per
+    party and node (node-shared), the rest of the estimate that of the method over FedAvg."""
+    cfg, layout = headline("fed.algorithm=pfm")
+    _, n = backbone_size(cfg.model.backbone, cfg.model.width, cfg.model.embedding_size, cfg.data.image_size)
+    M = n * 4                                            # float32
+    trainers = lambda need: [r for r in need.ranks if r.role.startswith("trainer")]
+    pfm_gpu, pfm_cpu = estimate(cfg, layout, "cuda"), estimate(cfg, layout, "cpu")
+    for name in ("fedaws", "fedgc", "privacyface"):
+        over = load_config(None, [f"fed.algorithm={name}", "fed.options.backbone=pfm"])
+        alone = load_config(None, [f"fed.algorithm={name}"])
+        gpu_over, gpu_alone = estimate(over, layout, "cuda"), estimate(alone, layout, "cuda")
+        assert len(trainers(gpu_over)) == 16
+        for a, b, pfm in zip(trainers(gpu_over), trainers(gpu_alone), trainers(pfm_gpu)):
+            assert a.gpu["rule state"] == b.gpu["rule state"] + M == pfm.gpu["rule state"], name
+            assert {k: v for k, v in a.gpu.items() if k != "rule state"} == \
+                   {k: v for k, v in b.gpu.items() if k != "rule state"}, name
+        cpu_over, cpu_alone = estimate(over, layout, "cpu"), estimate(alone, layout, "cpu")
+        for party in cpu_over.shared_bytes_per_party:
+            assert cpu_over.shared_bytes_per_party[party] == cpu_alone.shared_bytes_per_party[party] + M \
+                == pfm_cpu.shared_bytes_per_party[party], (name, party)
 
 
 def headline(*overrides):

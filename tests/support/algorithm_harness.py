@@ -13,6 +13,7 @@ from fedmpi.aggregation.server_step import ServerStep
 from fedmpi.algorithms import LocalRound, views
 from fedmpi.core.state import BackboneState
 from fedmpi.core.payloads import Payloads
+from tiny_runs import rule_overrides
 
 WD, BETA = 5e-4, 0.9
 
@@ -164,14 +165,6 @@ def batch_weights():
 
 
 LRS = [0.1] * 4 + [0.01] * 4  # a milestone on a round boundary
-
-
-def rule_overrides(overrides: list[str], rounds: int = 2, K: int = 2) -> list[str]:
-    """A tiny run of a rule: party a of 2 ranks, party b of 1, float64, a checkpoint every round."""
-    from test_equivalence_mpi import SMALL
-
-    return [*SMALL, f"fed.K={K}", f"optim.steps_per_epoch={K * rounds}", "optim.epochs=1", "optim.milestones=[]",
-            "checkpoint.every=1", f"checkpoint.keep={rounds}", *overrides]
 
 
 def declare_rule(name: str, overrides: list[str], rounds: int = 2, K: int = 2) -> str:

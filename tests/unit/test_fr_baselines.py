@@ -16,6 +16,8 @@ from fedmpi.algorithms.fedaws import FedAwS, FedAwSOptions
 from fedmpi.algorithms.fedgc import FedGC, FedGCOptions
 from fedmpi.algorithms.gradient_correction import correction, correction_step
 from fedmpi.algorithms.pfm import PFM
+from fedmpi.algorithms.registry import method
+from fedmpi.algorithms.server_optim import ServerOptimizer
 from fedmpi.algorithms.privacyface import PrivacyFace, PrivacyFaceOptions
 from fedmpi.algorithms.spreadout import spreadout, spreadout_gradient, spreadout_step
 from fedmpi.models.cone_negatives import cone_logits, valid_cones
@@ -98,8 +100,26 @@ def test_g5_the_backbones_are_averaged_as_fedavg_and_pfm_average_them():
     w = batch_weights()                              # Σ N_k θ_k / Σ N_k
     assert torch.equal(federated(FedGC(weight_decay=5e-4), 2, 2, [0.1] * 2, w),
                        federated(FedAvg(weight_decay=5e-4), 2, 2, [0.1] * 2, w))
-    assert torch.equal(federated(FedGC(FedGCOptions(backbone="pfm"), weight_decay=5e-4), 2, 2, [0.1] * 2, w),
+    over_pfm = FedGCOptions(backbone="pfm")
+    assert torch.equal(federated(method("fedgc", over_pfm)(over_pfm, weight_decay=5e-4), 2, 2, [0.1] * 2, w),
                        federated(PFM(weight_decay=5e-4), 2, 2, [0.1] * 2, w))
+
+
+@pytest.mark.parametrize("backbone, own", [("fedavgm", {}), ("scaffold", {}), ("fedadam", {}), ("fedprox", {"mu": 0.3}),
+                                           ("feddyn", {"alpha": 0.05})])
+def test_any_backbone_rule_trains_and_aggregates_a_class_method_as_it_does_alone(backbone, own):
+    """FedGC over another registered rule: its backbone's hooks (SCAFFOLD's control variates, FedAvgM's and
+    FedAdam's server steps, FedProx's μ and FedDyn's α, given in FedGC's options) give the backbones exactly what
+    the rule alone gives them; the rule is born FedGC."""
+    from fedmpi.algorithms.registry import rule
+
+    w, declared = batch_weights(), rule(backbone)
+    options = method("fedgc", {"backbone": backbone}).Options(backbone=backbone, **own)
+    server = lambda: ServerOptimizer.build(declared.server_optimizer, 1.0 if backbone == "fedavgm" else 0.01)
+    composed = method("fedgc", options)(options, weight_decay=5e-4, server=server())
+    assert (composed.name, type(composed.classes).__name__) == ("fedgc", "CrossClientCorrection")
+    alone = declared(declared.Options(**own), weight_decay=5e-4, server=server())
+    assert torch.equal(federated(composed, 2, 2, [0.1] * 2, w), federated(alone, 2, 2, [0.1] * 2, w))
 
 
 def test_fedgc_rule_steps_with_lambda_eta_and_the_heads_scale():
@@ -275,6 +295,18 @@ def test_what_leaves_each_party():
     (["fed.algorithm=fedaws", "fed.options.mode=many"], "fed.options.mode: 'many' is not one of paper, fedfr"),
     (["fed.algorithm=fedgc", "fed.options.backbone=pfm", "fed.local_momentum=0.9"],
      "fed.local_momentum: fedgc with fed.options.backbone=pfm steps the backbone with PFM's global momentum"),
+    (["fed.algorithm=fedaws", "fed.options.mu=0.1"],
+     "fed.options.mu: unknown key (known: backbone, block_rows, class_momentum, lr_scale, mode, rows, tau, top_k)"),
+    (["fed.algorithm=fedaws", "fed.options.backbone=fedprox", "fed.options.mu=-1"], "fed.options.mu: must be >= 0"),
+    (["fed.algorithm=fedgc", "fed.options.backbone=mime_lite", "fed.local_momentum=0.5"],
+     "fed.local_momentum: fedgc with fed.options.backbone=mime_lite steps the backbone with MIME-lite's server "
+     "momentum (fed.options.momentum)"),
+    (["fed.algorithm=privacyface", "fed.options.backbone=fedgc"],
+     "fed.options.backbone: fedgc is a method with parts of its own (a class part or a local training), which "
+     "privacyface's would replace; a backbone is one of fedavg, "),
+    (["fed.algorithm=fedgc", "fed.options.backbone=sgd"],
+     "fed.options.backbone: 'sgd' is not a registered rule; a backbone is one of fedavg, fedavgm, pfm, fedprox, "
+     "scaffold, fedadam, fedyogi, fedadagrad, mime_lite, feddyn"),
     (["fed.algorithm=fedgc", "fed.options.class_momentum=drop"],
      "fed.options.class_momentum: 'drop' is not one of keep, reset"),
 ])

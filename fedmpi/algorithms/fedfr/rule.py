@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.method import Method
 from fedmpi.algorithms.objective import LocalTraining
 from fedmpi.errors import ConfigError
@@ -99,4 +100,4 @@ class FedFRTraining(LocalTraining):
 
 
 # the clients' SGD: momentum 0.9, weight decay optim.weight_decay
-FedFR = Method("fedfr", "FedFR", "#8c6d31", FedFROptions, training=FedFRTraining, local_momentum_default=0.9)
+FedFR = Method("fedfr", "FedFR", "#8c6d31", FedFROptions, FedAvg, training=FedFRTraining, local_momentum_default=0.9)

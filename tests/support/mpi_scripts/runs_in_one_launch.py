@@ -19,9 +19,12 @@ from mpi4py import MPI
 from fedmpi.run import main
 
 
-def run_all(plan: list[list[str]]) -> int:
+def run_all(plan: list[list[str]], before=None) -> int:
+    """before(i): called before the i-th run starts (the harness's seeded entropy, harness_runs.py)."""
     fresh = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    for argv in plan:
+    for i, argv in enumerate(plan):
+        if before:
+            before(i)
         random.setstate(fresh[0])
         np.random.set_state(fresh[1])
         torch.set_rng_state(fresh[2])
