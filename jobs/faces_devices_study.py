@@ -43,8 +43,7 @@ MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", 
 # one step at lr 0.01 (Aggarwal's E = 1 on these few images) W's mean cosine stayed at 0.10 for 30 rounds, no pair
 # above τ = 0.4, and FedAwS equalled FedAvg; with 10 steps at 0.1 and BatchNorm by the client's batch positive-only
 # FedAvg collapses (0.10 -> 0.69 over 30 rounds; with BatchNorm frozen, the default, it drifts to 0.13:
-# docs/results/faces-devices-cpu/report.md), the whole study about 25 minutes on 2 cores; pairs: the held-out
-# pairs per fold of each set (10 folds; the config's 40 at the cpu scale)
+# docs/results/faces-devices-cpu/report.md), the whole study about 25 minutes on 2 cores; pairs: held-out pairs a fold
 SCALES = {
     "cpu": {"public": (200, 10), "steps": 600, "clients": 500, "images": 6, "rounds": 30, "fraction": 0.1,
             "epochs": 10, "lr": 0.1, "seeds": (0, 1), "pairs": 40},

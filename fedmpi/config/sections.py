@@ -1,9 +1,8 @@
-"""The sections of the run configuration (fedmpi.config.Config): dataclasses whose defaults are the paper's
-(FedFace Sec. 4.2), each with the validation of its own fields beside them (`validate(cfg, fail)`; `fail(path,
-message)` raises the ConfigError). fedmpi.config builds them from YAML and overrides; import them from there.
-This file: model, optimizer, FV, evaluation, log, checkpoint, run; the parties and their data are in
-parties.py, the rule's sections (fed, fed.server, fed.options) in fed.py, the cross-device clients in
-clients.py."""
+"""The sections of the run configuration (fedmpi.config.Config): dataclasses whose defaults are the paper's (FedFace
+Sec. 4.2), each with the validation of its own fields beside them (`validate(cfg, fail)`; `fail(path, message)`
+raises the ConfigError). fedmpi.config builds them from YAML and overrides; import them from there. This file:
+model, optimizer, FV, evaluation, log, checkpoint, run; the parties and their data are in parties.py, the rule's
+sections (fed, fed.server, fed.options) in fed.py, the cross-device clients in clients.py."""
 from __future__ import annotations
 
 import dataclasses
