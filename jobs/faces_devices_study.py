@@ -28,11 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from fedmpi.protocols.fixtures import IJB_FOLDERS
-from fedmpi.store.h5log import LogReader
+from fedmpi.analysis.faces_devices_results import IJB, IJB_FAR, start_summary, summary
 from jobs.local import LockHolder
 from jobs.mpirun import mpirun
 
@@ -50,8 +49,6 @@ SCALES = {
     "tiny": {"public": (20, 4), "steps": 4, "clients": 8, "images": 2, "rounds": 2, "fraction": 0.5,
              "epochs": 1, "lr": 0.01, "seeds": (0,), "pairs": 10},
 }
-IJB = "ijbc"            # the synthetic IJB-C (fedmpi/protocols/fixtures.py): 200 templates, ~3,000 pairs
-IJB_FAR = "1e-2"        # its ~2,700 impostor pairs read TAR no lower than FAR 1e-3 (2.7 false accepts)
 ALBUM = 4               # identities of a PrivacyFace client (a personal album)
 BATCH_BN = "clients.batch_norm=batch"
 # one plain step as long as FedFR's 20 momentum steps of 10η would go under a constant gradient:
@@ -137,26 +134,6 @@ def evaluate_start(folder: Path, start: Path) -> Path:
                         "held-out", "--fv-folds", "first", f"--{IJB}", str(ijb), "--out", str(out)],
                        check=True, capture_output=True)
     return out
-
-
-def start_summary(out: Path) -> dict:
-    """The start's mean held-out accuracy and IJB-C TAR from tools.evaluate's files in `out`."""
-    sets = json.loads((out / "pairs.json").read_text())["sets"]
-    with h5py.File(out / f"{IJB}.h5", "r") as f:
-        tar = json.loads(f.attrs["metrics"])[f"tar_far_{IJB_FAR}"]
-    return {"accuracy": float(np.mean([v["accuracy"] for v in sets.values()])), "ijb": float(tar)}
-
-
-def summary(path: Path) -> dict:
-    with LogReader(path) as log:
-        ev, classes, rounds = log.table("eval"), log.table("classes"), log.table("rounds")
-        clients = log.table("clients")["ids"].shape[1]
-    sets = sorted({k.split("/")[0] for k in ev if k.endswith("/accuracy")})
-    accuracy = np.mean([ev[f"{name}/accuracy"] for name in sets], axis=0)
-    tar = ev[f"{IJB}/tar_far_{IJB_FAR}"]
-    return {"first": float(accuracy[0]), "last": float(accuracy[-1]), "cosine": classes["mean_cosine"].tolist(),
-            "ijb_first": float(tar[0]), "ijb_last": float(tar[-1]),
-            "bytes_per_client": float((rounds["bytes_up"] + rounds["bytes_down"]).mean() / clients)}
 
 
 def mean_of(results: dict, name: str, key) -> float:
