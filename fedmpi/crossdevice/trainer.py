@@ -28,6 +28,8 @@ class ClientTrainer:
         trainers = ctx.layout.trainer_ranks
         self.trainer_side = TrainerSide(ctx.rank, trainers, client_group(trainers), ctx.control, parts.device)
         self.is_first = ctx.rank == trainers[0]
+        # the round's learning rate, this rank's clients and their states (None: the rule keeps none), set by prepare
+        self.lr, self.clients, self.states = 0.0, [], None
         self.state = parts.state
         data = open_clients(cfg)
         # what the method's class part has the clients minimise and send (album_clusters.py)
