@@ -40,7 +40,7 @@ class ClientTrainer:
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
                                   vectorised=cfg.clients.vectorised(cfg, parts.device.type),
-                                  objective=self.classes.objective)
+                                  head=self.classes.head)
         self.previous = self.local.down.theta.clone()
         self.each = self.trainer_side.send_upload if parts.every_upload else None
         # each client masks its own upload (fed.secure_aggregation): the rank sends their masked sum

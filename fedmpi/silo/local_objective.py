@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi.algorithms.objective import FrozenBackbone, PartyTraining
+from fedmpi.algorithms.objective import FrozenBackbone, PartyTraining, RoundData
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.silo.party_comm import PartyCollectives
@@ -27,6 +27,11 @@ def party_training(cfg, party, rank: int, groups, head, backbone, state, global_
 
     def stream(dataset, start_step: int, seed=None, steps_per_pass: int = 0):
         return batch_stream(dataset, party, rank, cfg, start_step, device, seed=seed, steps_per_pass=steps_per_pass)
+
+    def rounds(start_round: int):
+        """The party's one stream from round start_round's first step, fed.K steps a round."""
+        data = RoundData(stream(dataset, start_round * cfg.fed.K), cfg.fed.K)
+        return lambda r: data
 
     def frozen_copy() -> FrozenBackbone:
         with torch.random.fork_rng(devices=[]):     # building a model seeds torch: the run's generators stay
@@ -50,5 +55,5 @@ def party_training(cfg, party, rank: int, groups, head, backbone, state, global_
                          collectives=PartyCollectives(groups.party, party.ranks.index(rank), len(party.ranks),
                                                       party.leader),
                          party_index=party.index, batch_size=batch_size, eval_batch=cfg.eval.batch_size,
-                         seed=cfg.run.seed, K=cfg.fed.K, stream=stream, prepare_images=speed.images,
+                         seed=cfg.run.seed, K=cfg.fed.K, stream=stream, rounds=rounds, prepare_images=speed.images,
                          device=device, dtype=dtype)
