@@ -1,20 +1,25 @@
-"""A method's local training part: how a party's trainer ranks train a round. `LocalTraining` is the part as the
-registry composes it (its facts, read by the config, the memory check and the trainer, and `objective`, which
-builds the runtime objective on each trainer rank); the default is the margin head over the party's identities
-for fed.K steps a round from the party's one stream of batches. FedFR's is its own (algorithms/fedfr/).
+"""A method's local training part: how a participant trains a round, a silo party's trainer ranks or a device
+client. `LocalTraining` is the part as the registry composes it (its facts, read by the config, the memory check
+and the trainers, and `objective`, which builds the runtime objective on each trainer rank of either setting); the
+default is the head's loss over the participant's own batches: a party's fed.K steps a round from its one stream,
+a client's E epochs over its images. FedFR's is its own (algorithms/fedfr/; silo parties only).
 
-The trainer (silo/trainer.py) keeps what every method shares: the backbone and its party-mean gradient, the party's
-margin classifier (sharded or replicated; over the public identities' rows too where `public_identities`), the
-backbone rule's step, the exchange, checkpoints. It calls every hook of the objective, each round and each step:
+The trainer keeps what every method shares: the backbone (and a party's mean gradient), the head (a party's margin
+classifier, sharded or replicated, over the public identities' rows too where `public_identities`; a client's own
+class rows or logits, crossdevice/client_heads.py), the backbone rule's step, the exchange, checkpoints. It calls
+the hooks of the objective each round and each step (across devices a rank's one objective trains its clients one
+after another, each client's local epochs one round of the objective: its view, `PartyTraining.rounds`, gives the
+batches of the client being trained):
 
   start(r)                          the round the trainer starts at (after a resume too)
   begin_round(r, lr) -> RoundData   after the global Θ arrived: the round's batches and its number of steps
   lr(step)                          the learning rate of the round's local step (backbone, classifier, its own)
-  loss(images, f, labels, head)     the step's loss from the margin head's (`head`) and the embeddings f
+  loss(images, f, labels, head)     the step's loss from the head's (`head`) and the embeddings f
+  end_round(r)                      after the round's steps, before the upload
+silo parties only (the default's are empty, and no training with its own runs across devices):
   parameters()                      trained beside the backbone and the classifier (the classifier's momentum
                                     SGD, weight decay and lr), replicated on the party's ranks: the trainer makes
                                     their gradients the party's mean, as the backbone's
-  end_round(r)                      after the round's steps, before the upload
   weight()                          the party's weight of the round (a part with the upload column `weight`)
   personal(f)                       the party's personal features from the backbone's (the personalised
                                     evaluation), f itself by default
@@ -23,7 +28,7 @@ backbone rule's step, the exchange, checkpoints. It calls every hook of the obje
                                     rank of the party (on another rank count too), never uploaded
   columns()                         the round's numbers for the log's `local` table (LocalTraining.columns)
 
-The objective is built once per trainer rank, after the trainer's classifier (whose rows it may write). Its
+The objective is built once per trainer rank, after the trainer's head (whose rows it may write). A silo party's
 collectives are the party's (PartyTraining.collectives, silo/party_comm.py); torch only."""
 from __future__ import annotations
 
@@ -33,29 +38,33 @@ from typing import Any, Callable, ClassVar
 
 @dataclass
 class PartyTraining:
-    """What a party's trainer rank hands its rule's local objective."""
-    backbone: Any                    # the party's model, trained in place
-    read_state: Callable             # read_state(out): the backbone's flat state [D] into `out`
-    frozen_copy: Callable            # frozen_copy(): a FrozenBackbone (another model like it, eval mode, no grad)
-    random_state: Callable           # random_state(seed): the flat state of a freshly initialised model like it
-    global_theta: Any                # Θ of the round's start, flat (what the party received; read, never written)
-    dataset: Any                     # the party's training set (its held-out images excluded)
-    public: Any                      # data.public's set, or None
-    public_classifier: Any           # model.init_classifier's rows [public classes, d] (float64, CPU), or None
-    classifier: Any                  # the party's margin classifier (this rank's rows [class_start, class_end))
-    classifier_seed: int             # the seed of its initial rows (models/class_centres.py)
-    collectives: Any                 # the party's collectives (silo/party_comm.py: rank, ranks, gather_rows,
-                                     # broadcast from the leader)
-    party_index: int
+    """What a trainer rank hands its rule's local objective: a silo party's view, or a device client's (the
+    fields after `dtype` left at their defaults: a client has no public set, no collectives, no stream to resume)."""
+    backbone: Any                    # the participant's model, trained in place
+    dataset: Any                     # its training set (a party's held-out images excluded; a device rank's clients)
     batch_size: int                  # images per rank and step
-    eval_batch: int                  # images per forward of a no-grad pass
     seed: int                        # run.seed
-    K: int                           # fed.K, the default round's local steps
-    stream: Callable                 # stream(dataset, start_step, seed=None, steps_per_pass=0): this rank's
-                                     # batches of a set (the party's own stream where seed is None)
-    prepare_images: Callable         # the trainer's image layout for its backbone (channels_last)
+    rounds: Callable                 # rounds(start_round) -> round(r) -> RoundData: the participant's own batches
+                                     # of round r and its steps (a party: fed.K steps of its one stream, resumed at
+                                     # start_round; a client: its E epochs, crossdevice/local_training.py)
     device: Any
     dtype: Any
+    read_state: Callable = None      # read_state(out): the backbone's flat state [D] into `out`
+    frozen_copy: Callable = None     # frozen_copy(): a FrozenBackbone (another model like it, eval mode, no grad)
+    random_state: Callable = None    # random_state(seed): the flat state of a freshly initialised model like it
+    global_theta: Any = None         # Θ of the round's start, flat (what the party received; read, never written)
+    public: Any = None               # data.public's set, or None
+    public_classifier: Any = None    # model.init_classifier's rows [public classes, d] (float64, CPU), or None
+    classifier: Any = None           # the party's margin classifier (this rank's rows [class_start, class_end))
+    classifier_seed: int = 0         # the seed of its initial rows (models/class_centres.py)
+    collectives: Any = None          # the party's collectives (silo/party_comm.py: rank, ranks, gather_rows,
+                                     # broadcast from the leader)
+    party_index: int = 0
+    eval_batch: int = 0              # images per forward of a no-grad pass
+    K: int = 0                       # fed.K, the default round's local steps
+    stream: Callable = None          # stream(dataset, start_step, seed=None, steps_per_pass=0): this rank's
+                                     # batches of a set (the party's own stream where seed is None)
+    prepare_images: Callable = None  # the trainer's image layout for its backbone (channels_last)
 
     @property
     def party_batch(self) -> int:
@@ -91,23 +100,23 @@ class FrozenBackbone:
 
 
 class LocalObjective:
-    """The default: the margin head over the party's identities, fed.K steps a round from the party's one stream
-    (resumable at any step), no parameters or state of its own, the personal model the backbone itself."""
+    """The default: the head's loss over the participant's own batches of a round (a party's one stream, resumable
+    at any step; a client's epochs), no parameters or state of its own, the personal model the backbone itself."""
 
     def __init__(self, options, party: PartyTraining):
         self.party = party
         self._lr = 0.0
-        self._round = RoundData(iter(()), party.K)
+        self._rounds = None
 
     def start(self, r: int) -> None:
-        self._round.batches = self.party.stream(self.party.dataset, r * self.party.K)
+        self._rounds = self.party.rounds(r)
 
     def state(self) -> dict:
         return {}
 
     def begin_round(self, r: int, lr: float) -> RoundData:
         self._lr = lr
-        return self._round
+        return self._rounds(r)
 
     def lr(self, step: int) -> float:
         return self._lr

@@ -2,7 +2,7 @@
 beyond their state. A part picks it from `ClientKit` (class_parts.py: party_side), so that the trainer does not ask
 which kind it holds:
 
-  nothing, rows  `KeptRows`       the client's objective (client_objective.py); its rows, if any, travel with its
+  nothing, rows  `KeptRows`       the client's head (client_heads.py); its rows, if any, travel with its
                                   state (crossdevice/exchange.py); nothing else leaves the rank
   summaries      `AlbumClusters`  a summary part (class_parts.SummaryPart; on personal albums, spec §3,
                                   docs/BASELINES.md): each client's loss is the consensus-aware margin softmax over
@@ -18,7 +18,7 @@ import torch
 
 from fedmpi.comm import p2p
 from fedmpi.config.clients import clients_per_round
-from fedmpi.crossdevice.client_objective import OwnClassRows, client_objective
+from fedmpi.crossdevice.client_heads import OwnClassRows, client_head
 from fedmpi.crossdevice.cluster_pool import ClusterPool
 from fedmpi.comm.tags import CLUSTERS as TAG_CLUSTERS
 from fedmpi.layout import SERVER
@@ -30,11 +30,11 @@ class AlbumRows(OwnClassRows):
     """OwnClassRows whose loss is spec §3.4's over the client's rows and `pool`'s cones of the other clients, and
     which has the part summarise the client's rows after its local steps (`released`, in the order trained)."""
 
-    def __init__(self, model, data, embedding_size: int, batch_size: int, head, part, pool: ClusterPool,
+    def __init__(self, model, data, embedding_size: int, batch_size: int, margin, part, pool: ClusterPool,
                  frozen_batch_norm: bool = True):
         super().__init__(model, data, embedding_size, nu=1.0, batch_size=batch_size,    # no ℓ_pos: ν unused
                          frozen_batch_norm=frozen_batch_norm)
-        self.head, self.part, self.pool = head, part, pool
+        self.margin, self.part, self.pool = margin, part, pool
         self.round, self.client, self.cones = 0, -1, None
         self.released: list[torch.Tensor] = []
 
@@ -42,8 +42,8 @@ class AlbumRows(OwnClassRows):
         super().begin(k, rows)
         self.client, self.cones = k, self.pool.negatives_for(k)
 
-    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return consensus_aware_loss(model(x), self.w, y, self.head, self.cones)
+    def loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return consensus_aware_loss(f, self.w, y, self.margin, self.cones)
 
     def end(self, rows: torch.Tensor) -> None:
         super().end(rows)
@@ -55,8 +55,8 @@ class AlbumRows(OwnClassRows):
 class KeptRows:
     """Nothing leaves a client beyond its upload and its state."""
 
-    def __init__(self, objective):
-        self.objective = objective
+    def __init__(self, head):
+        self.head = head
 
     def prepare(self, r: int) -> None:
         pass
@@ -80,16 +80,16 @@ class AlbumClusters(KeptRows):
         c = cfg.clients
         self.pool = ClusterPool(part.kept_rounds, clients_per_round(c.population, c.fraction),
                                 part.summary_shape(cfg.model.embedding_size), c.population, kit.device, kit.dtype)
-        head = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
-        super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, head, part,
+        margin = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
+        super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, margin, part,
                                    self.pool, c.batch_norm == "frozen"))
         self.side = kit.side
 
     def prepare(self, r: int) -> None:
-        self.objective.round, self.objective.released = r, []
+        self.head.round, self.head.released = r, []
 
     def upload(self, r: int) -> None:
-        for release in self.objective.released:
+        for release in self.head.released:
             p2p.send(release, dst=SERVER, group=self.side.group, tag=TAG_CLUSTERS)
 
     def download(self) -> None:
@@ -106,7 +106,7 @@ class ClientKit:
         self.cfg, self.model, self.data, self.side, self.device, self.dtype = cfg, model, data, side, device, dtype
 
     def nothing(self) -> KeptRows:
-        return KeptRows(client_objective(self.cfg, self.model, self.data))
+        return KeptRows(client_head(self.cfg, self.model, self.data))
 
     def rows(self, part) -> KeptRows:
         return self.nothing()

@@ -8,8 +8,9 @@ import torch
 
 from fedmpi.aggregation.dp import clip_into
 from fedmpi.algorithms import LocalRound, views
+from fedmpi.algorithms.objective import PartyTraining, RoundData
 from fedmpi.crossdevice.client_data import ClientData
-from fedmpi.crossdevice.client_objective import ImageClasses
+from fedmpi.crossdevice.client_heads import ImageClasses
 from fedmpi.crossdevice.client_state import StateLayout
 from fedmpi.crossdevice.cohort import VectorisedCohort
 from fedmpi.core.payloads import Payloads
@@ -26,18 +27,25 @@ class LocalTrainer:
     receives into down.flat); `up`: the upload [theta_k | up payloads] of the client just trained; `shared`: the
     rule's global_state (rebuilt by on_global, one per rank); `layout`: the rule's per-client state, if any;
     `clip`: fed.dp's C when DP is on (each client's update clipped and counted once, fedmpi/aggregation/dp.py);
-    `vectorised`: a round's clients of equal size trained as one batch (crossdevice/cohort.py)."""
+    `vectorised`: a round's clients of equal size trained as one batch (crossdevice/cohort.py); `head`: the
+    clients' head (client_heads.py), whose loss the method's local objective (`algorithm.training`, built here on
+    a client-shaped view, `client`: the client being trained) makes the step's loss."""
 
     def __init__(self, model: torch.nn.Module, state, algorithm, data: ClientData, *, epochs: int, batch_size: int,
                  seed: int, augment: bool, device, dtype, clip: float | None = None, vectorised: bool = False,
-                 objective=None):
+                 head=None):
         self.model, self.state, self.algorithm, self.data, self.clip = model, state, algorithm, data, clip
-        self.objective = objective or ImageClasses()
+        self.head = head or ImageClasses()
         self.epochs, self.batch_size, self.seed, self.augment = epochs, batch_size, seed, augment
         self.device, self.dtype = device, dtype
+        self.client = -1
+        view = PartyTraining(backbone=model, dataset=data, batch_size=batch_size, seed=seed,
+                             rounds=self.client_rounds, device=device, dtype=dtype)
+        self.objective = algorithm.training.objective(algorithm.options, view)
+        self.objective.start(0)     # a client's batches come from (seed, round, client): no stream to resume
         self.down = Payloads(state, algorithm.down, device, dtype)
         self.up = Payloads(state, algorithm.up, device, dtype)
-        rows = self.objective.rows
+        rows = self.head.rows
         self.layout = StateLayout(algorithm, state.trainable, rows) if algorithm.client_state or rows else None
         template = algorithm.init_trainer_state(state.trainable)
         self.shared = {key: template[key] for key in algorithm.global_state}
@@ -93,23 +101,30 @@ class LocalTrainer:
         self._algo_state = {**self.algorithm.init_trainer_state(params), **self.shared}
         if client_state is not None:
             self.layout.unpack(client_state, self._algo_state)
-        self.objective.begin(k, None if client_state is None else self.layout.rows(client_state))
+        self.head.begin(k, None if client_state is None else self.layout.rows(client_state))
         self.up.flat.zero_()
-        n = len(self.data.parts[k])
-        steps = self.steps(n)
-        self._round = LocalRound(lr=lr, K=steps, global_params=views(self.down.trainable, params),
+        self.client = k
+        plan = self.objective.begin_round(r, lr)
+        self._round = LocalRound(lr=lr, K=plan.steps, global_params=views(self.down.trainable, params),
                                  down=self.down.as_params(params), up=self.up.as_params(params))
         losses = []
-        for x, y in self.batches(k, r):
-            self._round.step = len(losses)
+        for step in range(plan.steps):
+            x, y = next(plan.batches)
+            self._round.step, self._round.lr = step, self.objective.lr(step)
             losses.append(self.step(x.to(self.device), y.to(self.device)))
         with torch.no_grad():
             self.algorithm.end_round(params, self._round, self._algo_state)
             if client_state is not None:
                 self.layout.pack(self._algo_state, out=client_state)
-        self.objective.end(None if client_state is None else self.layout.rows(client_state))
+        self.objective.end_round(r)
+        self.head.end(None if client_state is None else self.layout.rows(client_state))
         self.state.read(self.up.theta)
-        return float(torch.stack(losses).mean()), n
+        return float(torch.stack(losses).mean()), len(self.data.parts[k])
+
+    def client_rounds(self, start_round: int):
+        """The objective's view of a client's round (PartyTraining.rounds): the batches and steps of the client
+        being trained (`client`)."""
+        return lambda r: RoundData(self.batches(self.client, r), self.steps(len(self.data.parts[self.client])))
 
     def steps(self, n: int) -> int:
         """Local steps of a client of n images: E epochs of ceil(n / B) batches."""
@@ -132,12 +147,13 @@ class LocalTrainer:
         self.algorithm.on_global(previous[:n], self.down.trainable, lr, self.shared)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = self.objective.loss(self.model, x, y)
+        f = self.model(x)
+        loss = self.objective.loss(x, f, y, self.head.loss(f, y))
         loss.backward()
         params = self.state.trainable
         with torch.no_grad():
             self.algorithm.local_step(params, [p.grad for p in params], self._round, self._algo_state)
-        self.objective.step(self._round.lr)
+        self.head.step(self._round.lr)
         for p in params:
             p.grad = None
         return loss.detach().to(torch.float64)

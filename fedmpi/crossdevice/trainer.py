@@ -28,6 +28,8 @@ class ClientTrainer:
         trainers = ctx.layout.trainer_ranks
         self.trainer_side = TrainerSide(ctx.rank, trainers, client_group(trainers), ctx.control, parts.device)
         self.is_first = ctx.rank == trainers[0]
+        # the round's learning rate, this rank's clients and their states (None: the rule keeps none), set by prepare
+        self.lr, self.clients, self.states = 0.0, [], None
         self.state = parts.state
         data = open_clients(cfg)
         # what the method's class part has the clients minimise and send (album_clusters.py)
@@ -38,7 +40,7 @@ class ClientTrainer:
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
                                   vectorised=cfg.clients.vectorised(cfg, parts.device.type),
-                                  objective=self.classes.objective)
+                                  head=self.classes.head)
         self.previous = self.local.down.theta.clone()
         # each client's upload, or their sum; masked under fed.secure_aggregation (core/secure_participant.py)
         self.uploads = rank_uploads(cfg, self.trainer_side, parts.every_upload, self.local.data.sizes(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedmpi.algorithms.objective import FrozenBackbone, PartyTraining
+from fedmpi.algorithms.objective import FrozenBackbone, PartyTraining, RoundData
 from fedmpi.core.state import BackboneState
 from fedmpi.models.backbone import build_backbone
 from fedmpi.silo.party_comm import PartyCollectives
@@ -19,14 +19,19 @@ def open_public(cfg):
     return open_training_set(cfg.data.public.spec(), cfg.data) if cfg.data.public.kind else None
 
 
-def party_training(trainer, new_model) -> PartyTraining:
-    """The trainer's PartyTraining (its classifier built, Θ received)."""
-    cfg, party, device, dtype = trainer.cfg, trainer.party, trainer.device, trainer.dtype
-    public = trainer.public
+def party_training(cfg, party, rank: int, groups, head, backbone, state, global_theta, dataset, batch_size: int,
+                   speed, new_model, device, dtype) -> PartyTraining:
+    """A trainer rank's PartyTraining: `head` its margin classifier (silo/party_parts.PartyHead), `state` its
+    backbone's flat state, `global_theta` the received Θ, `new_model()` another model like the backbone."""
+    public = head.public
 
     def stream(dataset, start_step: int, seed=None, steps_per_pass: int = 0):
-        return batch_stream(dataset, party, trainer.rank, cfg, start_step, device, seed=seed,
-                            steps_per_pass=steps_per_pass)
+        return batch_stream(dataset, party, rank, cfg, start_step, device, seed=seed, steps_per_pass=steps_per_pass)
+
+    def rounds(start_round: int):
+        """The party's one stream from round start_round's first step, fed.K steps a round."""
+        data = RoundData(stream(dataset, start_round * cfg.fed.K), cfg.fed.K)
+        return lambda r: data
 
     def frozen_copy() -> FrozenBackbone:
         with torch.random.fork_rng(devices=[]):     # building a model seeds torch: the run's generators stay
@@ -43,12 +48,12 @@ def party_training(trainer, new_model) -> PartyTraining:
 
         classifier_rows = read_public_classifier(cfg.model.init_classifier, public.num_classes,
                                                  cfg.model.embedding_size)
-    return PartyTraining(backbone=trainer.backbone, read_state=trainer.state.read, frozen_copy=frozen_copy,
-                         random_state=random_state, global_theta=trainer.global_theta, dataset=trainer.dataset,
-                         public=public, public_classifier=classifier_rows, classifier=trainer.classifier,
-                         classifier_seed=trainer.classifier_seed,
-                         collectives=PartyCollectives(trainer.groups.party, party.ranks.index(trainer.rank),
-                                                      len(party.ranks), party.leader),
-                         party_index=party.index, batch_size=trainer.batch_size, eval_batch=cfg.eval.batch_size,
-                         seed=cfg.run.seed, K=cfg.fed.K, stream=stream,
-                         prepare_images=trainer.speed.images, device=device, dtype=dtype)
+    return PartyTraining(backbone=backbone, read_state=state.read, frozen_copy=frozen_copy,
+                         random_state=random_state, global_theta=global_theta, dataset=dataset,
+                         public=public, public_classifier=classifier_rows, classifier=head.classifier,
+                         classifier_seed=head.seed,
+                         collectives=PartyCollectives(groups.party, party.ranks.index(rank), len(party.ranks),
+                                                      party.leader),
+                         party_index=party.index, batch_size=batch_size, eval_batch=cfg.eval.batch_size,
+                         seed=cfg.run.seed, K=cfg.fed.K, stream=stream, rounds=rounds, prepare_images=speed.images,
+                         device=device, dtype=dtype)

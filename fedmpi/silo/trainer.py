@@ -20,7 +20,8 @@ from fedmpi.silo.attack import attack_scale, scale_update, short_rows
 from fedmpi.silo.classes import PartyKit
 from fedmpi.silo.exchange import leader_upload, receive_global, report as send_statistics
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
-from fedmpi.silo.party_parts import PartyParts
+from fedmpi.silo.local_objective import party_training
+from fedmpi.silo.party_parts import exchange_buffers, party_head, rule_state, step_parts
 from fedmpi.silo.party_gradients import party_model
 from fedmpi.silo.precision import Precision
 from fedmpi.silo.step_speed import StepSpeed
@@ -31,7 +32,7 @@ from fedmpi.silo.party_data import open_party_sets
 from fedmpi.silo.personal import PersonalEvaluation
 
 
-class Trainer(PartyParts, PartyCheckpoint):
+class Trainer:
     """A trainer rank of its party: `cfg` the run's config, `ctx` where this rank stands (its party, groups,
     control channel, node share), `parts` the rule and the model it trains (core/build.py). Every part of the
     method is called every round: the backbone rule's hooks, the local objective's, the class part's transport."""
@@ -52,7 +53,9 @@ class Trainer(PartyParts, PartyCheckpoint):
         self.training = parts.rule.training
         self.node = ctx.node_share   # None: this rank holds its own copy of what its party's ranks share
         self.keeps = self.node is None or self.node.keeps
-        self._payloads()
+        self.down, self.up = exchange_buffers(self.state, self.algorithm, self.is_leader, self.node, self.speed,
+                                              self.device, self.dtype)
+        self.global_theta = self.down.theta
         self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
         # the leader's upload, masked under fed.secure_aggregation (core/secure_participant.py)
         self.uploads = leader_upload(cfg, ctx, self.up.flat.numel(), self.state.numel) if self.is_leader else None
@@ -61,8 +64,18 @@ class Trainer(PartyParts, PartyCheckpoint):
         self.precision = Precision(cfg.optim.amp, self.device, group=group, weight_cache=not self.speed.graphs)
         self.speed.capture(self.backbone, self.state, self.batch_size, cfg.data.image_size, self.precision.autocast)
         self.model, party_gradients = party_model(self.backbone, self.state.trainable, group, cfg.run, self.device)
-        self._classifier_and_state()
-        self._objective(parts.new_model, party_gradients)
+        head = party_head(cfg, self.party, self.dataset, self.training, group, self.speed.fused, self.device,
+                          self.dtype)
+        self.classifier, self.classifier_opt = head.classifier, head.optimizer
+        self.forward = self.speed.compiled(self.model)
+        self.loss = self.speed.compiled(self.classifier) if group is None else self.classifier
+        self.algo_state, self.previous_global = rule_state(self.algorithm, self.state.trainable, self.node,
+                                                           self.down.trainable)
+        self.objective = self.training.objective(self.algorithm.options, party_training(
+            cfg, self.party, self.rank, self.groups, head, self.backbone, self.state, self.global_theta,
+            self.dataset, self.batch_size, self.speed, parts.new_model, self.device, self.dtype))
+        self.algo_state.update(self.objective.state())     # kept, checkpointed and restored with the rule's
+        self.stepped = step_parts(self.objective, head, party_gradients, group, cfg.optim)
         self.personal_evaluation = (PersonalEvaluation(cfg, ctx.layout, self.party, self.dataset, heldout,
                                                        self.device, self.dtype)
                                     if heldout is not None and self.is_leader else None)
@@ -72,6 +85,9 @@ class Trainer(PartyParts, PartyCheckpoint):
         self.classes = self.algorithm.classes.party_side(PartyKit(
             self.party, self.rank, self.groups, self.classifier, self.classifier_opt, self.algo_state,
             len(ctx.layout.parties), self.device, self.dtype, short_rows=short_rows(cfg, self.party.name)))
+        self.saved = PartyCheckpoint(self.party, self.rank, self.classifier, self.classifier_opt, self.precision,
+                                     self.algo_state, self.algorithm.global_state, self.node, self.classes,
+                                     cfg.run.seed, cfg.model.classifier)
 
     def run(self, start_round: int = 0, checkpointer: Checkpointer | None = None) -> int:
         return run_trainer_rounds(self, self.cfg.rounds, self.cfg.lr_at_round, start_round, checkpointer)
@@ -84,13 +100,13 @@ class Trainer(PartyParts, PartyCheckpoint):
         if self.is_leader:
             self.uploads.begin(r, [self.party.index], self.down.flat)
         if self.training.fresh_optimizer:   # a new local optimizer every round: no momentum carried over
-            for opt in self.optimizers:
+            for opt in self.stepped.optimizers:
                 opt.reset()
             for buffer in self.algo_state.get("momentum", ()):
                 buffer.zero_()
 
     def set_lr(self, lr: float) -> None:
-        for opt in self.optimizers:
+        for opt in self.stepped.optimizers:
             for group in opt.param_groups:
                 group["lr"] = lr
 
@@ -122,6 +138,12 @@ class Trainer(PartyParts, PartyCheckpoint):
                                           "columns": self.round_columns if self.is_leader else {}})
         self.round_columns = {}
 
+    def checkpoint_parts(self) -> dict:
+        return self.saved.parts()
+
+    def load_checkpoint(self, folder) -> int:
+        return self.saved.load(folder)
+
     def bad_records(self) -> int:
         """Records this rank skipped (skip_bad); those dropped when the set was opened count once per party."""
         return self.dataset.bad_records - (0 if self.is_leader else self.dataset.open_bad)
@@ -134,7 +156,7 @@ class Trainer(PartyParts, PartyCheckpoint):
                           down=self.down.as_params(params), up=self.up.as_params(params))
 
     def step(self, images, labels, rnd: LocalRound) -> torch.Tensor:
-        for gradients in self.averaged:
+        for gradients in self.stepped.averaged:
             gradients.attach()
         timer = self.speed.timer
         if timer:
@@ -144,16 +166,16 @@ class Trainer(PartyParts, PartyCheckpoint):
             embeddings = self.forward(images)
             loss = self.objective.loss(images, embeddings, labels, self.loss(embeddings, labels))
         self.precision.backward(loss)
-        for gradients in self.averaged:
+        for gradients in self.stepped.averaged:
             gradients.average()
         self.classifier.sync_grads()
-        if self.precision.unscale_and_check([*self.state.trainable, *self.extra]):
+        if self.precision.unscale_and_check([*self.state.trainable, *self.stepped.extra]):
             with torch.no_grad():
                 grads = [p.grad for p in self.state.trainable]
                 self.algorithm.local_step(self.state.trainable, grads, rnd, self.algo_state)
-            for opt in self.optimizers:
+            for opt in self.stepped.optimizers:
                 opt.step()
-        for p in (*self.state.trainable, *self.extra):
+        for p in (*self.state.trainable, *self.stepped.extra):
             p.grad = None
         if timer and timer.stop(self.device) is not None:
             print(f"party {self.party.name} rank {self.rank}: first step {timer.seconds:.1f} s "

@@ -74,14 +74,14 @@ def test_the_loss_reaches_the_features_and_the_rows_never_the_cones():
     assert cones.grad is None or not cones.grad.any()
 
 
-def album_objective(pool, part, n=3, d=4):
+def album_head(pool, part, n=3, d=4):
     """An AlbumRows over a stand-in model (the identity on d features) and data of one image per row."""
     from fedmpi.crossdevice.album_clusters import AlbumRows
 
     data = SimpleNamespace(per_client=n, parts={})
-    objective = AlbumRows(torch.nn.Identity(), data, d, 4, make_margin("arcface", 8.0, 0.3), part, pool)
-    objective.round = 7
-    return objective
+    head = AlbumRows(torch.nn.Identity(), data, d, 4, make_margin("arcface", 8.0, 0.3), part, pool)
+    head.round = 7
+    return head
 
 
 def test_a_client_uses_the_other_clients_clusters_never_its_own_and_releases_after_its_steps():
@@ -93,23 +93,23 @@ def test_a_client_uses_the_other_clients_clusters_never_its_own_and_releases_aft
     pool.put(0, [2, 5, 9], released)
     options = PrivacyFaceOptions(kappa=0.0, epsilon_select=10.0, epsilon_count=10.0, device_min_count=1.0, seed=4)
     part = PrivateClusters(options)
-    objective = album_objective(pool, part)
+    head = album_head(pool, part)
     rows = torch.randn(3 * d, generator=g, dtype=D64)
-    objective.begin(5, rows)                    # client 5: the clusters of clients 2 and 9
-    assert torch.equal(objective.cones, released[[0, 2], 0])
+    head.begin(5, rows)                    # client 5: the clusters of clients 2 and 9
+    assert torch.equal(head.cones, released[[0, 2], 0])
     x, y = torch.randn(6, d, generator=g, dtype=D64), torch.tensor([0, 1, 2, 0, 1, 2])
     expected = reference_loss(x, rows.view(3, d), y, released[[0, 2], 0], 8.0, 0.3)
-    assert abs(float(objective.loss(torch.nn.Identity(), x, y).detach()) - expected) < 1e-12
+    assert abs(float(head.loss(x, y).detach()) - expected) < 1e-12
     out = torch.zeros(3 * d, dtype=D64)
-    objective.end(out)                          # the rows back into the state, then the device's release
+    head.end(out)                          # the rows back into the state, then the device's release
     assert torch.equal(out, rows)
     reference = torch.zeros(Q, d + 2, dtype=D64)
     unit = torch.nn.functional.normalize(rows.view(3, d), dim=1)
     count = cluster(unit, reference, kappa=0.0, budget=options.budget, candidates=options.candidates, min_count=1.0,
                     selection="exponential", rng=generator(4, 5, 7))       # (seed, client, round)
-    assert count == 1 and torch.equal(objective.released[0], reference)
-    objective.begin(4, rows)                    # client 4 released nothing: all three are its negatives
-    assert objective.cones.shape[0] == 3
+    assert count == 1 and torch.equal(head.released[0], reference)
+    head.begin(4, rows)                    # client 4 released nothing: all three are its negatives
+    assert head.cones.shape[0] == 3
 
 
 def test_an_albums_release_needs_the_devices_n_min_not_the_parties():

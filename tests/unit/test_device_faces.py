@@ -1,4 +1,4 @@
-"""The face clients of the cross-device setting (crossdevice/face_clients.py, client_objective.py, class_rows.py):
+"""The face clients of the cross-device setting (crossdevice/face_clients.py, client_heads.py, class_rows.py):
 the device's positive-only loss and its gradient and the server's spreadout against float64 references written
 from the spec (fr_baselines_spec §2.3-2.4, docs/BASELINES.md), on random cases; the collapse measure; the
 partition into clients; the config's refusals."""

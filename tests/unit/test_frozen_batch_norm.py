@@ -5,7 +5,7 @@ import copy
 
 import torch
 
-from fedmpi.crossdevice.client_objective import OwnClassRows
+from fedmpi.crossdevice.client_heads import OwnClassRows
 from fedmpi.models.frozen_batch_norm import BatchNormMode
 
 
@@ -56,10 +56,10 @@ def test_a_face_client_freezes_batch_norm_again_after_an_evaluation_put_the_mode
         per_client, parts = 1, [[0]]
 
     model = model_with_running_statistics()
-    objective = OwnClassRows(model, OneIdentity(), embedding_size=8, nu=0.9, batch_size=6, frozen_batch_norm=True)
+    head = OwnClassRows(model, OneIdentity(), embedding_size=8, nu=0.9, batch_size=6, frozen_batch_norm=True)
     model.eval()
     model.train(True)                                   # what an evaluation leaves behind
-    objective.begin(0, torch.ones(8, dtype=torch.float64))
+    head.begin(0, torch.ones(8, dtype=torch.float64))
     assert not model[1].training and model[0].training
     unfrozen = OwnClassRows(model.train(), OneIdentity(), 8, 0.9, 6, frozen_batch_norm=False)
     unfrozen.begin(0, torch.ones(8, dtype=torch.float64))

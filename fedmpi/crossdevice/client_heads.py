@@ -1,4 +1,6 @@
-"""What a virtual client minimises in its local steps, beside the backbone rule's step on θ:
+"""A virtual client's head, the device's counterpart of a silo party's margin classifier: the loss of the
+features f = model(x) the method's local objective (algorithms/objective.py) builds its step's loss from, and
+what the client trains beside θ:
 
   ImageClasses   the CIFAR clients (Hsu et al.): cross-entropy of the model's logits; nothing of its own
   OwnClassRows   the face clients (Yu et al., Aggarwal et al.): the positive-only loss (models/positive_only.py)
@@ -24,8 +26,8 @@ class ImageClasses:
     def begin(self, k: int, rows: torch.Tensor | None) -> None:
         pass
 
-    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(model(x), y)
+    def loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(f, y)
 
     def step(self, lr: float) -> None:
         pass
@@ -63,8 +65,8 @@ class OwnClassRows:
             total.index_add_(0, y.to(like.device), F.normalize(self.start(x.to(like.device)), dim=1))
         return F.normalize(total, dim=1)
 
-    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return positive_loss(self.w, model(x), y, self.nu)
+    def loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return positive_loss(self.w, f, y, self.nu)
 
     @torch.no_grad()
     def step(self, lr: float) -> None:
@@ -75,8 +77,8 @@ class OwnClassRows:
         rows.copy_(self.w.detach().reshape(-1))
 
 
-def client_objective(cfg, model: torch.nn.Module, data):
-    """The clients' objective of a run (before the run's first step: `model` holds the starting model)."""
+def client_head(cfg, model: torch.nn.Module, data):
+    """The clients' head of a run (before the run's first step: `model` holds the starting model)."""
     if not cfg.clients.face_clients:
         return ImageClasses()
     return OwnClassRows(model, data, cfg.model.embedding_size, cfg.clients.positive_margin, cfg.optim.batch_size,
