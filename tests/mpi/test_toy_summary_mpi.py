@@ -14,6 +14,7 @@ import numpy as np
 
 from fedmpi.algorithms.class_parts import SummaryPart
 from fedmpi.algorithms.class_rules import ClassRuleOptions
+from fedmpi.algorithms.fedavg import FedAvg
 from fedmpi.algorithms.method import Method
 
 NAME = "meancone"
@@ -55,7 +56,7 @@ class MeanCone(SummaryPart):
         return {"released": int((uploads[:, :, -1] > 0).sum())}
 
 
-MEAN_CONE = Method(NAME, "Mean cone", "#808080", MeanConeOptions, classes=MeanCone)
+MEAN_CONE = Method(NAME, "Mean cone", "#808080", MeanConeOptions, FedAvg, classes=MeanCone)
 
 
 def worker(folder: str) -> int:
