@@ -67,8 +67,8 @@ class SecureUploads:
 
     def begin(self, r: int, participants: list[int], down: torch.Tensor) -> None:
         """R0 and R1 for this carrier's participants of round r (indices: party or client). They do not depend on
-        the update: they run on a thread of their own while the participants train (the control channel is MPI
-        with THREAD_MULTIPLE, and their tags are theirs alone), and the first `each` or `end` waits for them."""
+        the update: they run on a thread of their own while the participants train (where MPI allows a second
+        thread: `threads_allowed`; their tags are theirs alone), and the first `each` or `end` waits for them."""
         self.r, self.order, self.next, self.down = r, list(participants), 0, down
         self.plan = dropout_plan(self.seed, self.rate, r, participants)
         self.people = {u: Participant(u, self.encoding.bits) for u in self.plan if self.plan[u] != "advertise"}
@@ -129,12 +129,24 @@ class SecureUploads:
         self._send(answers, SECAGG_UNMASK, "the unmasking shares")
 
 
+def threads_allowed() -> bool:
+    """Whether the MPI library lets a second thread call it (MPI_THREAD_MULTIPLE, as Open MPI's wheel does); a
+    site's MPI that gives less runs the key stages in line, before the training."""
+    from mpi4py import MPI
+
+    return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+
 class Beside:
-    """work() on a daemon thread (a run that fails elsewhere is not held at exit by its waits); `join` waits for
-    it and raises what it raised, once."""
+    """work() on a daemon thread (a run that fails elsewhere is not held at exit by its waits), or in line where MPI
+    allows no second thread; `join` waits for it and raises what it raised, once."""
 
     def __init__(self, work):
         self.error: BaseException | None = None
+        self.thread = None
+        if not threads_allowed():
+            self._run(work)
+            return
         self.thread = threading.Thread(target=self._run, args=(work,), name="secagg-keys", daemon=True)
         self.thread.start()
 
@@ -145,7 +157,8 @@ class Beside:
             self.error = exc
 
     def join(self) -> None:
-        self.thread.join()
+        if self.thread is not None:
+            self.thread.join()
         error, self.error = self.error, None
         if error is not None:
             raise error

@@ -190,3 +190,18 @@ def test_the_key_stages_run_beside_the_training_and_their_failure_surfaces_after
     side.begin(0, [0, 2], torch.zeros(UP, dtype=torch.float64))
     with pytest.raises(CommTimeout, match="round 1: the SecAgg session"):
         side.end()
+
+
+def test_where_mpi_allows_no_second_thread_the_key_stages_run_in_line(monkeypatch):
+    """A site's MPI without MPI_THREAD_MULTIPLE: `begin` runs the key stages itself (no thread), and what they raised
+    still comes out of the next call that needs them."""
+    from fedmpi.comm import CommTimeout
+    from fedmpi.core import secure_participant
+
+    monkeypatch.setattr(secure_participant, "threads_allowed", lambda: False)
+    cfg = load_config("configs/hsu_cifar10.yaml", SECURE)
+    side = secure_uploads(cfg, None, Control(Mailboxes().endpoint(1), 0.3), str, SIZES, BACKBONE, UP)
+    side.begin(0, [0, 2], torch.zeros(UP, dtype=torch.float64))
+    assert side.keys.thread is None
+    with pytest.raises(CommTimeout, match="round 1: the SecAgg session"):
+        side.end()
