@@ -1,5 +1,5 @@
 """A cross-device round's communication, as the exchange of the server's round loop (docs/ARCHITECTURE.md,
-"The round loop and its exchange"). Control (the round's client assignment, per-rank statistics) goes over
+"The round loop and its seams"). Control (the round's client assignment, per-rank statistics) goes over
 MPI; tensors over torch.distributed in one group of the server and every trainer rank:
   down:  the server broadcasts the global payload [Theta | the rule's down payloads] (one flat buffer);
   up:    the trainer ranks' payloads [sum_k n_k theta_k | sum_k n_k u_k for each up payload | sum_k n_k]
