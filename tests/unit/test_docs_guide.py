@@ -1,7 +1,9 @@
 """The README is a short guide and ARCHITECTURE.md opens with a one-page map: a newcomer reads what fedmpi does and
 the two commands that set it up on the first screen, and the map of both settings before any detail; a section
-one page names in another ("docs/RUNNING.md, "Memory"") is there. Commands themselves: tests/mpi/test_docs_commands.py."""
+one page (or the code, a config, the Makefile) names in another ("docs/RUNNING.md, "Memory"") is
+there. Commands themselves: tests/mpi/test_docs_commands.py."""
 import re
+from pathlib import Path
 
 from docs_commands import ROOT, commands_in, doc_files
 
@@ -38,9 +40,15 @@ def test_architecture_opens_with_a_map_of_both_settings_secure_aggregation_and_t
         assert named in the_map, named
 
 
+def code_files() -> list[Path]:
+    """The code and configs whose comments and messages name a doc's section (a user reads them there too)."""
+    return sorted([*ROOT.glob("fedmpi/**/*.py"), *ROOT.glob("tools/*.py"), *ROOT.glob("jobs/*.py"),
+                   *ROOT.glob("bench/*.py"), *ROOT.glob("configs/*.yaml"), ROOT / "Makefile"])
+
+
 def test_every_section_one_page_names_in_another_is_there():
     found = []
-    for path in doc_files():
+    for path in [*doc_files(), *code_files()]:
         for page, section in REFERENCE.findall(path.read_text()):
             target = ROOT / ("README.md" if page == "README" else page)
             section = " ".join(section.split())
