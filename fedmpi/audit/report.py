@@ -1,5 +1,5 @@
-"""An audit's report, written into its own folder: audit.json (every number), audit.md (the table a reader
-reads) and reconstructions.png (each reconstruction above the original it was assigned to)."""
+"""An audit's report, written into its own folder: audit.json (every number), audit.md (each attack's table)
+and the attacks' pictures (reconstructions.png: each reconstruction above the original it was assigned to)."""
 from __future__ import annotations
 
 import json
@@ -41,21 +41,10 @@ def _plain(value):
     return value
 
 
-def write_report(out: Path, result: dict) -> None:
-    """audit.json and audit.md from the audit's `result` (see tools/audit.py for its fields)."""
-    (out / "audit.json").write_text(json.dumps(_plain(result), indent=1) + "\n")
-    inv, ident = result["inversion"], result["identity"]
-    lines = [f"# Privacy audit of {result['run']}, round {result['round']}", "",
-             f"What the server received: {result['received']}.", "",
-             f"Attacked: the upload of {result['upload']} ({result['setting']}); {result['attack']}.", "",
-             "| measure | value |", "|---|---|",
-             f"| reconstructions | {inv['count']} (iterations {inv['iterations']}, restarts {inv['restarts']}, "
-             f"objective {inv['objective']:.4f}) |",
-             f"| PSNR (dB), mean / best | {inv['psnr_mean']:.2f} / {inv['psnr_best']:.2f} |",
-             f"| SSIM, mean | {inv['ssim_mean']:.3f} |" if inv.get("ssim_mean") is not None else "| SSIM | images "
-             "under 11 pixels a side |",
-             f"| identity recovered at FAR {ident['far']:g} | {ident['recovered']:.3f} |",
-             f"| chance (other identities' real images) | {ident['chance']:.3f} |", "",
-             f"Evaluation model: {ident['model']}. Threshold {ident['threshold']:.4f}: {ident['pairs']}.", "",
-             "![reconstructions beside their assigned originals](reconstructions.png)", ""]
+def write_report(out: Path, head: dict, results: dict, attacks: dict) -> None:
+    """audit.json ({run, round, attack name: its result}) and audit.md (each attack's section, in order)."""
+    (out / "audit.json").write_text(json.dumps(_plain({**head, **results}), indent=1) + "\n")
+    lines = [f"# Privacy audit of {head['run']}, round {head['round']}", ""]
+    for name, result in results.items():
+        lines += [f"## {name}", "", *attacks[name].lines(result)]
     (out / "audit.md").write_text("\n".join(lines))

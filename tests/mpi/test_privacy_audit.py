@@ -15,7 +15,8 @@ import torch
 
 from shared_runs import declare
 from test_equivalence_mpi import K3, SMALL
-from tools.audit import Refused, check_attackable
+from fedmpi.audit.run_view import Refused
+from fedmpi.audit.update_audit import check_attackable
 
 RECORDED = declare("audit-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3, "log.record_received=[2]"])
 
@@ -43,8 +44,8 @@ def test_the_audit_reports_into_its_own_folder(shared_runs, tmp_path):
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["audit.json", "audit.md",
                                                                        "reconstructions.png"]
     report = json.loads((tmp_path / "report" / "audit.json").read_text())
-    inversion, identity = report["inversion"], report["identity"]
-    assert report["upload"] == "b" and inversion["count"] == 8 and len(inversion["psnr"]) == 8
+    inversion, identity = report["inversion"]["reconstruction"], report["inversion"]["identity"]
+    assert report["inversion"]["upload"] == "b" and inversion["count"] == 8 and len(inversion["psnr"]) == 8
     assert 0 < inversion["psnr_mean"] < 60 and -1 <= inversion["ssim_mean"] <= 1
     assert 0 <= identity["recovered"] <= 1 and 0 <= identity["chance"] <= 1
     assert "identity recovered at FAR 0.01" in (tmp_path / "report" / "audit.md").read_text()
