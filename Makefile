@@ -10,7 +10,7 @@ export OMP_NUM_THREADS := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
 .PHONY: demo eval-demo test venv bench clean hsu-cpu hsu-cpu-long hsu-gpu fedface-cpu badparty-cpu fr-baselines-cpu \
-	faces-devices-cpu bytecode gpu-check
+	faces-devices-cpu privacy-audit-cpu bytecode gpu-check
 
 # torch build: cuda where an NVIDIA driver is present, else cpu (override: make venv TORCH=cuda). The CPU build
 # comes from PyTorch's own index (PyPI has only the CUDA build); where that index cannot be reached, the CUDA
@@ -120,3 +120,10 @@ fr-baselines-cpu: $(STAMP) bytecode
 # holds LOCK only while it runs
 faces-devices-cpu: $(STAMP) bytecode
 	$(PY) -m jobs.faces_devices_study --folder docs/results/faces-devices-cpu --lock $(LOCK) $(ARGS)
+
+# What the server learns, measured (jobs/privacy_audit_study.py): small runs of every setting from one public
+# pretraining, each recording its server's first round, audited by tools.audit (update inversion, template
+# re-identification, membership), one table attack x setting and the reconstructions, into
+# docs/results/privacy-audit-cpu/report.md; runs and audits already there are reused; each holds LOCK while it runs
+privacy-audit-cpu: $(STAMP) bytecode
+	$(PY) -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --lock $(LOCK) $(ARGS)

@@ -1,0 +1,79 @@
+"""The privacy-audit study's report (jobs/privacy_audit_study.py), read back from its files: each setting's audits
+(tools.audit's audit.json, the attack's numbers under its name) and its run's log (the accuracy the run reached,
+the ε it accounted), as one table attack × setting, the pictures first (a reader looks at these first)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fedmpi.store.log_reader import LogReader
+
+# tools.audit's attack -> the report's columns: (heading, how to read it from the attack's result, format)
+COLUMNS = {
+    "inversion": [
+        ("images behind what was attacked", lambda r: r["reconstruction"]["count"], "{:d}"),
+        ("PSNR (dB)", lambda r: r["reconstruction"]["psnr_mean"], "{:.2f}"),
+        ("identity recovered (chance)", lambda r: (r["identity"]["recovered"], r["identity"]["chance"]),
+         "{0:.3f} ({1:.3f})"),
+    ],
+}
+
+
+def utility(run: Path) -> dict:
+    """The run's mean held-out accuracy at its last evaluation and its ε at the end (None without DP)."""
+    with LogReader(run / "log.h5") as log:
+        ev = log.table("eval")
+        privacy = log.table("privacy") if "privacy" in log.f else None
+    sets = sorted({k.split("/")[0] for k in ev if k.endswith("/accuracy")})
+    accuracy = float(np.mean([ev[f"{name}/accuracy"][-1] for name in sets])) if sets else None
+    epsilon = float(privacy["epsilon"][-1]) if privacy is not None and len(privacy["epsilon"]) else None
+    return {"accuracy": accuracy, "epsilon": epsilon}
+
+
+def cells(results: dict) -> dict:
+    """{heading: formatted value} over every attack the setting's audits ran."""
+    out = {}
+    for attack, result in results.items():
+        for heading, read, form in COLUMNS.get(attack, []):
+            try:
+                value = read(result)
+            except (KeyError, TypeError):
+                continue
+            out[heading] = form.format(*value) if isinstance(value, tuple) else form.format(value)
+    return out
+
+
+def read_setting(run: Path, audits: list[Path]) -> dict:
+    merged = {}
+    for out in audits:
+        report = json.loads((out / "audit.json").read_text())
+        merged.update({k: v for k, v in report.items() if isinstance(v, dict)})
+    return {"cells": cells(merged), **utility(run), "pictures": [out / "reconstructions.png" for out in audits
+                                                                 if (out / "reconstructions.png").is_file()],
+            "received": next((r["received"] for r in merged.values() if "received" in r), "")}
+
+
+def table(rows: dict) -> list[str]:
+    headings = list(dict.fromkeys(h for row in rows.values() for h in row["cells"]))
+    lines = ["| setting | what the server received | " + " | ".join(headings) + " | held-out accuracy (%) | ε |",
+             "|---" * (len(headings) + 4) + "|"]
+    for label, row in rows.items():
+        accuracy = "—" if row["accuracy"] is None else f"{100 * row['accuracy']:.2f}"
+        epsilon = "—" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
+        lines.append(f"| {label} | {row['received']} | " + " | ".join(row["cells"].get(h, "—") for h in headings)
+                     + f" | {accuracy} | {epsilon} |")
+    return lines
+
+
+def write_report(folder: Path, settings: dict, scale: dict) -> None:
+    """folder/report.md from {key: (Setting, run folder, [audit folders])}."""
+    rows = {setting.label: read_setting(run, audits) for setting, run, audits in settings.values()}
+    lines = [f"# What the server learns, measured (`make privacy-audit-cpu`: {len(rows)} settings, the audited "
+             f"round the first, the attack's {scale['iterations']} optimisation steps)", "",
+             "## The reconstructions beside their originals", ""]
+    for label, row in rows.items():
+        lines += [f"**{label}**", ""] + [f"![{label}]({p.relative_to(folder)})" for p in row["pictures"]] + [""]
+    lines += ["## Attack × setting", "", *table(rows), ""]
+    (folder / "report.md").write_text("\n".join(lines))

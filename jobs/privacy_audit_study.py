@@ -1,0 +1,146 @@
+"""What the server learns, measured in every setting fedmpi offers, from one command (`make privacy-audit-cpu`;
+docs/results/privacy-audit-cpu/): small runs from one pretrained start, each recording what its server received
+(log.record_received), each audited by `python -m tools.audit` as the honest-but-curious server, one table
+attack × setting and the reconstructions beside their originals (fedmpi/analysis/privacy_audit_results.py).
+
+The start is the faces-devices study's public pretraining (jobs/faces_devices_study.py, the synthetic public
+identities, none of them a participant's), so the evaluation model that scores identity has not seen the
+participants' data when the audited round is the first. Settings (SETTINGS): silo parties (FedAvg, PFM, FedAwS,
+FedFR; secure aggregation over 2, 3 and 6 parties; central DP and distributed DP at several z) and one identity per
+phone (positive-only FedAvg with cohorts of 2, 4 and 8, FedAwS, PrivacyFace on albums). With --lock FILE each run and
+each audit holds FILE only while it runs; runs and audits already in the folder are reused.
+
+    python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu [--scale cpu|tiny] [--lock FILE]
+    python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --only fedavg-phone
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedmpi.analysis.privacy_audit_results import write_report
+from jobs.faces_devices_study import METHODS as DEVICE_METHODS
+from jobs.faces_devices_study import MODEL, launch, pretrain
+from jobs.local import LockHolder
+
+STYLES = ("ms1m", "ga", "vgg")
+# public identities x images and pretraining steps (the start); a silo party's identities x images, its batch and
+# K; the device population, images a client, a client's epochs and lr; rounds; the attack's optimisation steps
+SCALES = {
+    "cpu": {"public": (200, 10), "steps": 600, "party": (16, 8), "batch": 4, "K": 2, "rounds": 4,
+            "clients": 16, "images": 4, "epochs": 2, "lr": 0.05, "iterations": 200, "pairs": 20},
+    "tiny": {"public": (20, 4), "steps": 4, "party": (4, 2), "batch": 2, "K": 1, "rounds": 2,
+             "clients": 8, "images": 2, "epochs": 1, "lr": 0.01, "iterations": 2, "pairs": 4},
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    label: str                              # what the table calls it
+    place: str                              # "silo" | "phone"
+    overrides: tuple[str, ...]              # the method's, applied last
+    audits: tuple[tuple[str, ...], ...]     # each: tools.audit's arguments after RUN and --round
+    parties: int = 3                        # silo parties
+    cohort: int = 4                         # clients a round (phone)
+
+
+INVERT = ("--attack", "inversion")
+DP = ("fed.dp.enabled=true", "fed.dp.clip=1.0")
+SECURE = ("fed.secure_aggregation.mode=secagg",)
+SETTINGS = {
+    "fedavg-silo": Setting("FedAvg, silo", "silo", ("fed.algorithm=fedavg",), (INVERT,)),
+    "secagg-2": Setting("FedAvg, secure aggregation over 2 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
+                        (INVERT,), parties=2),
+    "secagg-3": Setting("FedAvg, secure aggregation over 3 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
+                        (INVERT,)),
+    "secagg-6": Setting("FedAvg, secure aggregation over 6 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
+                        (INVERT,), parties=6),
+    **{f"cdp-z{z:g}": Setting(f"FedAvg, central DP z = {z:g}", "silo",
+                              ("fed.algorithm=fedavg", *DP, f"fed.dp.noise_multiplier={z}"), (INVERT,))
+       for z in (0.3, 1.0, 3.0)},
+    **{f"ddp-z{z:g}": Setting(f"FedAvg, secure aggregation + distributed DP z = {z:g}", "silo",
+                              ("fed.algorithm=fedavg", *SECURE, *DP, f"fed.dp.noise_multiplier={z}"), (INVERT,))
+       for z in (0.3, 1.0, 3.0)},
+    **{f"fedavg-phone-{c}": Setting(f"Positive-only FedAvg, a phone per person, cohort {c}", "phone",
+                                    tuple(DEVICE_METHODS["fedavg"][1]), (INVERT,), cohort=c) for c in (2, 4, 8)},
+}
+
+
+def party_layout(s: dict, parties: int) -> str:
+    identities, images = s["party"]
+    return "parties=[" + ", ".join(
+        f"{{name: p{i}, ranks: 1, data: {{style: {STYLES[i % 3]}, identities: {identities}, "
+        f"images_per_identity: {images}}}}}" for i in range(parties)) + "]"
+
+
+def run_args(setting: Setting, s: dict, start: Path, folder: Path, name: str) -> tuple[int, list[str]]:
+    """(ranks, fedmpi.run's arguments) of one setting's run; the method's overrides come last: they win."""
+    common = [*MODEL, f"model.init={start}", f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}",
+              f"log.name={name}", f"data.val_pairs_per_fold={s['pairs']}", f"log.record_received=[1,{s['rounds']}]",
+              "run.seed=0"]
+    if setting.place == "silo":
+        return setting.parties + 1, ["--config", "configs/demo_cpu.yaml", party_layout(s, setting.parties),
+                                     *common, "fv.enabled=false", f"optim.batch_size={s['batch']}",
+                                     f"fed.K={s['K']}", f"optim.steps_per_epoch={s['K']}",
+                                     f"optim.epochs={s['rounds']}", "optim.milestones=[]", "fed.local_momentum=0.9",
+                                     f"eval.every={s['rounds']}", *setting.overrides]
+    return 3, ["--config", "configs/faces_devices.yaml", *common, f"clients.population={s['clients']}",
+               f"clients.faces.identities={s['clients']}", f"clients.faces.images_per_identity={s['images']}",
+               f"clients.rounds={s['rounds']}", f"clients.fraction={setting.cohort / s['clients']}",
+               f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}", f"eval.every={s['rounds']}",
+               "clients.sampler_seed=0", *setting.overrides]
+
+
+def run_setting(folder: Path, s: dict, start: Path, key: str, lock: str | None) -> Path:
+    run = folder / "runs" / key
+    if not (run / "log.h5").is_file():
+        ranks, args = run_args(SETTINGS[key], s, start, folder, key)
+        launch(ranks, args, lock, key)
+    return run
+
+
+def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) -> list[Path]:
+    """Each audit of the setting's first recorded round, into folder/audits/KEY-N (reused when there)."""
+    outs = []
+    for n, arguments in enumerate(SETTINGS[key].audits):
+        out = folder / "audits" / f"{key}-{n}"
+        if not (out / "audit.json").is_file():
+            holder = LockHolder(lock)
+            holder.acquire()
+            try:
+                done = subprocess.run([sys.executable, "-m", "tools.audit", str(run), "--round", "1", *arguments,
+                                       "--iterations", str(s["iterations"]), "--out", str(out)],
+                                      capture_output=True, text=True)
+            finally:
+                holder.release()
+            if done.returncode != 0:
+                sys.exit(f"the audit of {key} ({' '.join(arguments)}) failed: {done.stderr.strip()[-1500:]}")
+        outs.append(out)
+    return outs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", required=True)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    parser.add_argument("--lock", default=None, help="a file each run and audit holds (flock) only while it runs")
+    parser.add_argument("--only", nargs="+", choices=sorted(SETTINGS), help="these settings alone")
+    args = parser.parse_args(argv)
+    folder, s = Path(args.folder), SCALES[args.scale]
+    start = pretrain(folder, s, args.lock)
+    audits = {}
+    for key in args.only or SETTINGS:
+        run = run_setting(folder, s, start, key, args.lock)
+        audits[key] = audit_setting(folder, s, key, run, args.lock)
+    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, outs) for key, outs in audits.items()}, s)
+    (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in audits}, indent=1) + "\n")
+    print((folder / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
