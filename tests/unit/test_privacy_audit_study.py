@@ -1,0 +1,41 @@
+"""The privacy-audit study (jobs/privacy_audit_study.py): every setting's run is a configuration fedmpi accepts at
+its rank count (a refused one would end the study after its earlier runs), records the round the audits read, and
+the report's table reads each attack's headline numbers from tools.audit's audit.json, a dash where an attack did
+not run."""
+from pathlib import Path
+
+import pytest
+
+from fedmpi.analysis.privacy_audit_results import cells, table
+from fedmpi.config import load_config
+from fedmpi.layout import build_layout, check_world_size
+from fedmpi.party_sizes import party_sizes
+from jobs.privacy_audit_study import SCALES, SETTINGS, run_args
+
+
+@pytest.mark.parametrize("key", sorted(SETTINGS))
+def test_every_setting_is_a_run_fedmpi_accepts_and_records_the_audited_round(key):
+    ranks, args = run_args(SETTINGS[key], SCALES["cpu"], Path("/tmp/start.pth"), Path("/tmp/study"), key)
+    cfg = load_config(args[1], args[2:], sizes=party_sizes)
+    check_world_size(build_layout(cfg), ranks)
+    assert 1 in cfg.log.record_received and cfg.model.init == "/tmp/start.pth"
+    assert cfg.cross_device == (SETTINGS[key].place == "phone")
+
+
+def test_the_silo_settings_differ_only_in_what_the_server_is_shown():
+    base = set(run_args(SETTINGS["fedavg-silo"], SCALES["cpu"], Path("s"), Path("f"), "x")[1])
+    secure = set(run_args(SETTINGS["secagg-3"], SCALES["cpu"], Path("s"), Path("f"), "x")[1])
+    assert secure - base == {"fed.secure_aggregation.mode=secagg"} and base - secure == set()
+
+
+def test_the_table_reads_each_attacks_headline_and_dashes_what_did_not_run():
+    inversion = {"reconstruction": {"count": 4, "psnr_mean": 12.345}, "identity": {"recovered": 0.75,
+                                                                                    "chance": 0.125}}
+    row = {"cells": cells({"inversion": inversion, "unknown": {}}), "accuracy": 0.9, "epsilon": None,
+           "received": "the sum"}
+    assert row["cells"] == {"images behind what was attacked": "4", "PSNR (dB)": "12.35",
+                            "identity recovered (chance)": "0.750 (0.125)"}
+    other = {"cells": {}, "accuracy": None, "epsilon": 2.5, "received": "x"}
+    lines = table({"A": row, "B": other})
+    assert lines[2] == "| A | the sum | 4 | 12.35 | 0.750 (0.125) | 90.00 | — |"
+    assert lines[3] == "| B | x | — | — | — | — | 2.5 |"
