@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedmpi.analysis.privacy_audit_results import write_report
+from jobs.faces_devices_study import ALBUM
 from jobs.faces_devices_study import METHODS as DEVICE_METHODS
 from jobs.faces_devices_study import MODEL, launch, pretrain
 from jobs.local import LockHolder
@@ -46,6 +47,7 @@ class Setting:
     audits: tuple[tuple[str, ...], ...]     # each: tools.audit's arguments after RUN and --round
     parties: int = 3                        # silo parties
     cohort: int = 4                         # clients a round (phone)
+    album: int = 1                          # identities a client (phone)
 
 
 INVERT = ("--attack", "inversion")
@@ -67,6 +69,12 @@ SETTINGS = {
        for z in (0.3, 1.0, 3.0)},
     **{f"fedavg-phone-{c}": Setting(f"Positive-only FedAvg, a phone per person, cohort {c}", "phone",
                                     tuple(DEVICE_METHODS["fedavg"][1]), (INVERT,), cohort=c) for c in (2, 4, 8)},
+    "pfm-silo": Setting("PFM, silo", "silo", ("fed.algorithm=pfm",), ()),
+    "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), ()),
+    "fedaws-phone": Setting("FedAwS (FedFR's form), a phone per person", "phone",
+                            tuple(DEVICE_METHODS["fedaws-fedfr"][1]), ()),
+    "privacyface-albums": Setting(f"PrivacyFace, albums of {ALBUM}", "phone", tuple(DEVICE_METHODS["privacyface"][1]),
+                                  (), album=ALBUM),
 }
 
 
@@ -88,9 +96,9 @@ def run_args(setting: Setting, s: dict, start: Path, folder: Path, name: str) ->
                                      f"fed.K={s['K']}", f"optim.steps_per_epoch={s['K']}",
                                      f"optim.epochs={s['rounds']}", "optim.milestones=[]", "fed.local_momentum=0.9",
                                      f"eval.every={s['rounds']}", *setting.overrides]
-    return 3, ["--config", "configs/faces_devices.yaml", *common, f"clients.population={s['clients']}",
+    return 3, ["--config", "configs/faces_devices.yaml", *common, f"clients.population={s['clients'] // setting.album}",
                f"clients.faces.identities={s['clients']}", f"clients.faces.images_per_identity={s['images']}",
-               f"clients.rounds={s['rounds']}", f"clients.fraction={setting.cohort / s['clients']}",
+               f"clients.rounds={s['rounds']}", f"clients.fraction={setting.cohort * setting.album / s['clients']}",
                f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}", f"eval.every={s['rounds']}",
                "clients.sampler_seed=0", *setting.overrides]
 
@@ -129,13 +137,17 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--lock", default=None, help="a file each run and audit holds (flock) only while it runs")
     parser.add_argument("--only", nargs="+", choices=sorted(SETTINGS), help="these settings alone")
+    parser.add_argument("--runs-only", action="store_true", help="the runs alone: no audit, no report")
     args = parser.parse_args(argv)
     folder, s = Path(args.folder), SCALES[args.scale]
     start = pretrain(folder, s, args.lock)
     audits = {}
     for key in args.only or SETTINGS:
         run = run_setting(folder, s, start, key, args.lock)
-        audits[key] = audit_setting(folder, s, key, run, args.lock)
+        if not args.runs_only:
+            audits[key] = audit_setting(folder, s, key, run, args.lock)
+    if args.runs_only:
+        return 0
     write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, outs) for key, outs in audits.items()}, s)
     (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in audits}, indent=1) + "\n")
     print((folder / "report.md").read_text())
