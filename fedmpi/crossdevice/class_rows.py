@@ -15,30 +15,25 @@ from collections.abc import Sequence
 
 import torch
 
+from fedmpi.core.class_kit import ClassKit
 from fedmpi.core.seams import NoClasses
 from fedmpi.core.what_leaves import line
 from fedmpi.crossdevice.client_state import excluded_clients
+from fedmpi.crossdevice.cluster_relay import ClusterRelay
 from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
 COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
 
 
-class DeviceKit:
-    """What a class part picks its server side from (ClassPart.server_side), across devices."""
+class DeviceKit(ClassKit):
+    """What a class part picks its server side from (ClassPart.server_side), across devices: W lives in the store of
+    the clients' states and moves with them (crossdevice/exchange.py), so nothing and the rows are both the stored
+    rows (nothing: kept as the clients sent them), the summaries the relay's."""
 
     def __init__(self, store, d: int, exchange=None):
         self.store, self.d, self.exchange = store, d, exchange     # exchange: the ClientExchange (the relay's)
-
-    def nothing(self) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, None, self.exchange)
-
-    def rows(self, part) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, part, self.exchange)
-
-    def summaries(self, part):
-        from fedmpi.crossdevice.cluster_relay import ClusterRelay
-
-        return ClusterRelay(part, self, self.nothing())
+        self.Nothing = self.Rows = DeviceRows
+        self.Summaries = ClusterRelay
 
 
 class WhatLeaves:
@@ -72,8 +67,8 @@ class DeviceRows(NoClasses):
     out of the round's class step, as a party is in the silo (silo/server_classes.py): the rows it sent are not
     stored, so they neither move nor push the others; it keeps its last good rows."""
 
-    def __init__(self, store, d: int, part, exchange=None):
-        self.store, self.d, self.part, self.exchange = store, d, part, exchange
+    def __init__(self, part, kit: DeviceKit):
+        self.store, self.d, self.part, self.exchange = kit.store, kit.d, part, kit.exchange
         self.row: dict | None = None
         self.total = None    # Σ ŵ over the seen rows (float64), kept up to date with the rows a round changes
 

@@ -97,6 +97,7 @@ class Trainer:
 
     def prepare(self, r: int, lr: float) -> None:
         self.set_lr(lr)
+        self.classes.prepare(r)
         if self.is_leader:
             self.uploads.begin(r, [self.party.index], self.down.flat)
         if self.training.fresh_optimizer:   # a new local optimizer every round: no momentum carried over
