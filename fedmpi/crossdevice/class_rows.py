@@ -17,6 +17,7 @@ import torch
 
 from fedmpi.core.class_kit import ClassKit
 from fedmpi.core.seams import NoClasses
+from fedmpi.core.server_rows import gathered, rows_of, step_kept
 from fedmpi.core.what_leaves import line
 from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.crossdevice.cluster_relay import ClusterRelay
@@ -78,25 +79,30 @@ class DeviceRows(NoClasses):
             store.leave_out(excluded_clients(self.exchange.clients, excluded))
         seen = store.seen.nonzero().flatten()
         per = store.rows.shape[1] // self.d
-        everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back
-        W = (store.rows if everyone else store.rows[seen]).reshape(-1, self.d)
+        table = store.rows.view(-1, self.d)
+        # W is the store's table itself when every client was seen: nothing gathered, nothing put back
+        rows = None if len(seen) == len(store.rows) else rows_of(seen, per)
         self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
-            bounds = IdentityBounds(W.shape[0])
-            anchors = self.anchors(seen, per)
-            before = W[anchors].clone()
-            row = self.part.step_round(W, bounds, anchors, lr, r, state)
-            if self.part.anchored:
-                self.replace(W[anchors], before)
-            else:
-                self.total = None
-            if not everyone:
-                store.rows[seen] = W.reshape(len(seen), -1)
+            W, row = step_kept(table, rows, lambda W: self.step_round(W, seen, per, lr, r, state))
+        else:
+            W = gathered(table, rows)
         if self.total is None:
             self.total = unit_sum(W)
         self.row = {"round": r, **row, "mean_cosine": cosine_of_sum(self.total, W.shape[0]),
                     "clients_seen": len(seen)}
+
+    def step_round(self, W, seen: torch.Tensor, per: int, lr: float, r: int, state: dict) -> dict:
+        """The part's step on the seen clients' rows W, the round's clients' rows its anchors; Σ ŵ follows."""
+        anchors = self.anchors(seen, per)
+        before = W[anchors].clone()
+        row = self.part.step_round(W, IdentityBounds(W.shape[0]), anchors, lr, r, state)
+        if self.part.anchored:
+            self.replace(W[anchors], before)
+        else:
+            self.total = None
+        return row
 
     def replace(self, new, old) -> None:
         """Σ ŵ with the rows `old` replaced by `new`: O(rows d), where a sum over W would be O(M d)."""
@@ -106,8 +112,7 @@ class DeviceRows(NoClasses):
     def anchors(self, seen: torch.Tensor, per: int) -> torch.Tensor:
         """The rows of W (the seen clients' rows, in client order) that the round's clients returned."""
         returned = torch.as_tensor(sorted(self.store.returned), dtype=torch.int64)
-        clients = torch.searchsorted(seen, returned)
-        return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
+        return rows_of(torch.searchsorted(seen, returned), per)
 
 
 class IdentityBounds(Sequence):

@@ -15,6 +15,7 @@ from fedmpi.comm import p2p
 from fedmpi.comm.marked_receives import MarkedReceives
 from fedmpi.core.class_kit import ClassKit
 from fedmpi.core.seams import NoClasses
+from fedmpi.core.server_rows import kept_rows, step_kept
 from fedmpi.layout import Party
 from fedmpi.silo.classes import TAG_DOWN, TAG_UP, replicated, shard_rows
 
@@ -132,15 +133,11 @@ class ServerRows(ServerClasses):
             self.uploads[k].fill_(float("nan"))    # not a reply: the party keeps its own rows (silo/classes.py)
 
     def step_rows(self, kept: np.ndarray, lr: float, r: int, state: dict) -> dict:
-        """The part's step on the kept parties' rows (all of W in place, or a copy of the kept ones written back)."""
-        if kept.all():
-            return self.part.step(self.W, self.bounds, lr, r, state)
-        parties = np.flatnonzero(kept)
-        W = torch.cat([self.uploads[k] for k in parties])
-        row = self.part.step(W, bounds_of([self.uploads[k].shape[0] for k in parties]), lr, r, state)
-        for k, (a, b) in zip(parties, bounds_of([self.uploads[k].shape[0] for k in parties])):
-            self.uploads[k].copy_(W[a:b])
-        return row
+        """The part's step on the kept parties' rows (core/server_rows.py: all of W in place, or a copy of the kept
+        ones written back)."""
+        counts = [b - a for (a, b), k in zip(self.bounds, kept) if k]
+        return step_kept(self.W, kept_rows(self.bounds, kept),
+                         lambda W: self.part.step(W, bounds_of(counts), lr, r, state))[1]
 
 
 class ServerSummaries(ServerClasses):
