@@ -37,24 +37,23 @@ class DeviceKit(ClassKit):
         self.Summaries = ClusterRelay
 
 
-class WhatLeaves:
+class WhatLeaves(ClassKit):
     """The start-up line of what leaves each face client (docs/BASELINES.md, "What crosses the network"), picked by
     the method's class part as it picks its transports (ClassPart.party_side), so that no role asks its kind."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.n, self.d = cfg.clients.identities_per_client, cfg.model.embedding_size
+        self.Nothing = self.Rows = self.kept
+        self.Summaries = self.summarised
 
-    def nothing(self) -> str:
+    def kept(self, part, kit) -> str:
         """The rows travel with the client's state even where no part steps on them."""
         return line(self.cfg, f"backbone, its class embeddings ({self.n} x {self.d} values; the server sees W for all "
                               f"{self.cfg.clients.population} clients: with one identity a client, its owner's face "
                               f"template)", "client")
 
-    def rows(self, part) -> str:
-        return self.nothing()
-
-    def summaries(self, part) -> str:
+    def summarised(self, part, kit) -> str:
         return line(self.cfg, f"backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in this "
                               f"simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's "
                               f"store between its rounds, which a real device keeps: the method reads none of them",

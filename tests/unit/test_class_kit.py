@@ -32,6 +32,17 @@ def test_each_kind_of_part_picks_its_side_from_the_one_kit_on_both_ends():
         assert type(getattr(summary, pick)(kit)) is Summaries and getattr(summary, pick)(kit).part is summary
 
 
+def test_a_new_kind_of_part_names_its_side_and_each_kit_sets_it_the_kit_unchanged():
+    class Sketch(ClassPart):
+        def party_side(self, kit):
+            return kit.side(self, "Sketches")
+
+    kit = ClassKit()
+    kit.Sketches = Summaries
+    part = Sketch()
+    assert type(part.party_side(kit)) is Summaries and part.party_side(kit).part is part
+
+
 def test_nothing_is_one_side_on_a_participant_and_one_on_the_server():
     kit = ClassKit()
     kit.Nothing = NoClassPayload
