@@ -65,17 +65,17 @@ class AlbumClusters(NoClassPayload):
         margin = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
         self.head = AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, margin, part,
                               self.pool, c.batch_norm == "frozen")
-        self.side = kit.side
+        self.trainer_side = kit.trainer_side
 
     def prepare(self, r: int) -> None:
         self.head.round, self.head.released = r, []
 
     def upload(self, r: int) -> None:
         for release in self.head.released:
-            p2p.send(release, dst=SERVER, group=self.side.group, tag=TAG_CLUSTERS)
+            p2p.send(release, dst=SERVER, group=self.trainer_side.group, tag=TAG_CLUSTERS)
 
     def download(self, r: int) -> None:
-        self.pool.broadcast(self.side.group)
+        self.pool.broadcast(self.trainer_side.group)
 
     def state(self) -> dict:
         return {"classes": {"clusters": self.pool.clusters, "owners": self.pool.owners}}
@@ -87,7 +87,8 @@ class ClientKit(ClassKit):
     and sends back) and the trainer side's group (how bytes move). Nothing and the rows let nothing leave beyond
     the clients' states (crossdevice/exchange.py carries the rows with them)."""
 
-    def __init__(self, cfg, model, data, side, device, dtype):
-        self.cfg, self.model, self.data, self.side, self.device, self.dtype = cfg, model, data, side, device, dtype
+    def __init__(self, cfg, model, data, trainer_side, device, dtype):
+        self.cfg, self.model, self.data, self.device, self.dtype = cfg, model, data, device, dtype
+        self.trainer_side = trainer_side
         self.Nothing = self.Rows = NoClassPayload
         self.Summaries = AlbumClusters

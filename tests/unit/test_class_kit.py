@@ -72,3 +72,22 @@ def test_the_step_runs_on_w_in_place_or_on_a_copy_written_back():
     assert W.tolist() == [[0.0, 1.0], [4.0, 6.0], [4.0, 5.0], [12.0, 14.0], [8.0, 9.0]]
     kept, row = step_kept(W, None, double)
     assert kept is W and row == {"rows": 5} and W[0].tolist() == [0.0, 2.0] and W[4].tolist() == [16.0, 18.0]
+
+
+def test_every_setting_s_kit_picks_its_nothing_through_the_one_kit():
+    """A kit's own attributes leave the kit's methods callable (a trainer side kept as `side` once hid `side`)."""
+    from types import SimpleNamespace
+
+    from fedmpi.crossdevice.album_clusters import ClientKit
+    from fedmpi.crossdevice.class_rows import DeviceKit, DeviceRows
+    from fedmpi.silo.classes import PartyKit
+    from fedmpi.silo.server_classes import ServerKit
+
+    here = SimpleNamespace(group=None)
+    kits = {PartyKit(here, 0, here, None, None, {}, 1, "cpu", torch.float32): NoClassPayload,
+            ServerKit([], [], 3, None, "cpu", torch.float32): NoClasses,
+            ClientKit(None, None, None, here, "cpu", torch.float32): NoClassPayload,
+            DeviceKit(None, 3): DeviceRows}
+    for kit, nothing in kits.items():
+        side = ClassPart().party_side(kit)
+        assert type(side) is nothing
