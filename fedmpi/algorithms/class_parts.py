@@ -12,9 +12,10 @@ leaves its party).
                                             (PrivacyFace)
 
 A part does arithmetic only. The setting moves its payloads: a part picks its transport from the setting's kit
-(`party_side(kit)`, `server_side(kit)`: kit.nothing(), kit.rows(part) or kit.summaries(part); the silo's in
-silo/classes.py and silo/server_classes.py, the devices' in crossdevice/album_clusters.py and class_rows.py), so
-that no role asks which kind it holds, and a setting calls nothing of a part but what these classes declare.
+(core/class_kit.py; `party_side(kit)`, `server_side(kit)`: kit.nothing(), kit.rows(part) or kit.summaries(part);
+the silo's in silo/classes.py and silo/server_classes.py, the devices' in crossdevice/album_clusters.py and
+class_rows.py), so that no role asks which kind it holds, and a setting calls nothing of a part but what these
+classes declare.
 Imports no torch at module level (the config reads the declared facts)."""
 from __future__ import annotations
 

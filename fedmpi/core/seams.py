@@ -98,8 +98,12 @@ class Setting(Protocol):
 
 
 class NoClasses:
-    """The class exchange of a part that lets nothing leave a party (and of a setting without class payloads)."""
+    """The class exchange of a part that lets nothing leave a party (and of a setting without class payloads): the
+    server's side of nothing in core/class_kit.py's kit."""
     row = None
+
+    def __init__(self, part=None, kit=None):
+        pass
 
     def post(self, r: int) -> None:
         pass

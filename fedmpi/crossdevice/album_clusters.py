@@ -1,9 +1,9 @@
 """A trainer rank's side of a method's class part across devices: what its clients minimise and what they send
-beyond their state. A part picks it from `ClientKit` (class_parts.py: party_side), so that the trainer does not ask
-which kind it holds:
+beyond their state. A part picks it from `ClientKit` (core/class_kit.py), so that the trainer does not ask which
+kind it holds:
 
-  nothing, rows  `KeptRows`       the client's head (client_heads.py); its rows, if any, travel with its
-                                  state (crossdevice/exchange.py); nothing else leaves the rank
+  nothing, rows  `NoClassPayload` the client's head is the setting's (client_heads.py); its rows, if any, travel
+                                  with its state (crossdevice/exchange.py); nothing else leaves the rank
   summaries      `AlbumClusters`  a summary part (class_parts.SummaryPart; on personal albums, spec §3,
                                   docs/BASELINES.md): each client's loss is the consensus-aware margin softmax over
                                   its own n rows and the relayed summaries (cones) of the other clients (spec §3.4,
@@ -18,7 +18,8 @@ import torch
 
 from fedmpi.comm import p2p
 from fedmpi.config.clients import clients_per_round
-from fedmpi.crossdevice.client_heads import OwnClassRows, client_head
+from fedmpi.core.class_kit import ClassKit, NoClassPayload
+from fedmpi.crossdevice.client_heads import OwnClassRows
 from fedmpi.crossdevice.cluster_pool import ClusterPool
 from fedmpi.comm.tags import CLUSTERS as TAG_CLUSTERS
 from fedmpi.layout import SERVER
@@ -52,64 +53,42 @@ class AlbumRows(OwnClassRows):
         self.released.append(out)
 
 
-class KeptRows:
-    """Nothing leaves a client beyond its upload and its state."""
-
-    def __init__(self, head):
-        self.head = head
-
-    def prepare(self, r: int) -> None:
-        pass
-
-    def upload(self, r: int) -> None:
-        pass
-
-    def download(self) -> None:
-        pass
-
-    def state(self) -> dict:
-        """What the trainer part of a checkpoint keeps of it ({} nothing): live tensors, restored in place."""
-        return {}
-
-
-class AlbumClusters(KeptRows):
+class AlbumClusters(NoClassPayload):
     """The clients' summaries to the server, the server's pool back (every trainer rank keeps the same copy)."""
 
     def __init__(self, part, kit: "ClientKit"):
+        super().__init__(part, kit)
         cfg = kit.cfg
         c = cfg.clients
         self.pool = ClusterPool(part.kept_rounds, clients_per_round(c.population, c.fraction),
                                 part.summary_shape(cfg.model.embedding_size), c.population, kit.device, kit.dtype)
         margin = make_margin(cfg.model.head, cfg.model.scale, cfg.model.margin)
-        super().__init__(AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, margin, part,
-                                   self.pool, c.batch_norm == "frozen"))
-        self.side = kit.side
+        self.head = AlbumRows(kit.model, kit.data, cfg.model.embedding_size, cfg.optim.batch_size, margin, part,
+                              self.pool, c.batch_norm == "frozen")
+        self.trainer_side = kit.trainer_side
 
     def prepare(self, r: int) -> None:
         self.head.round, self.head.released = r, []
 
     def upload(self, r: int) -> None:
         for release in self.head.released:
-            p2p.send(release, dst=SERVER, group=self.side.group, tag=TAG_CLUSTERS)
+            p2p.send(release, dst=SERVER, group=self.trainer_side.group, tag=TAG_CLUSTERS)
 
-    def download(self) -> None:
-        self.pool.broadcast(self.side.group)
+    def download(self, r: int) -> None:
+        self.pool.broadcast(self.trainer_side.group)
 
     def state(self) -> dict:
         return {"classes": {"clusters": self.pool.clusters, "owners": self.pool.owners}}
 
 
-class ClientKit:
-    """What a class part picks a trainer rank's side from across devices (ClassPart.party_side)."""
+class ClientKit(ClassKit):
+    """What a class part picks a trainer rank's side from across devices (ClassPart.party_side): the clients' model
+    and data (where their rows live: in the client's head, client_heads.py, between the states the rank receives
+    and sends back) and the trainer side's group (how bytes move). Nothing and the rows let nothing leave beyond
+    the clients' states (crossdevice/exchange.py carries the rows with them)."""
 
-    def __init__(self, cfg, model, data, side, device, dtype):
-        self.cfg, self.model, self.data, self.side, self.device, self.dtype = cfg, model, data, side, device, dtype
-
-    def nothing(self) -> KeptRows:
-        return KeptRows(client_head(self.cfg, self.model, self.data))
-
-    def rows(self, part) -> KeptRows:
-        return self.nothing()
-
-    def summaries(self, part) -> AlbumClusters:
-        return AlbumClusters(part, self)
+    def __init__(self, cfg, model, data, trainer_side, device, dtype):
+        self.cfg, self.model, self.data, self.device, self.dtype = cfg, model, data, device, dtype
+        self.trainer_side = trainer_side
+        self.Nothing = self.Rows = NoClassPayload
+        self.Summaries = AlbumClusters

@@ -15,50 +15,45 @@ from collections.abc import Sequence
 
 import torch
 
+from fedmpi.core.class_kit import ClassKit
 from fedmpi.core.seams import NoClasses
+from fedmpi.core.server_rows import gathered, rows_of, step_kept
 from fedmpi.core.what_leaves import line
 from fedmpi.crossdevice.client_state import excluded_clients
+from fedmpi.crossdevice.cluster_relay import ClusterRelay
 from fedmpi.models.positive_only import cosine_of_sum, unit_sum
 
 COLUMNS = {"round": ((), "i8"), "mean_cosine": ((), "f8"), "clients_seen": ((), "i8")}
 
 
-class DeviceKit:
-    """What a class part picks its server side from (ClassPart.server_side), across devices."""
+class DeviceKit(ClassKit):
+    """What a class part picks its server side from (ClassPart.server_side), across devices: W lives in the store of
+    the clients' states and moves with them (crossdevice/exchange.py), so nothing and the rows are both the stored
+    rows (nothing: kept as the clients sent them), the summaries the relay's."""
 
     def __init__(self, store, d: int, exchange=None):
         self.store, self.d, self.exchange = store, d, exchange     # exchange: the ClientExchange (the relay's)
-
-    def nothing(self) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, None, self.exchange)
-
-    def rows(self, part) -> "DeviceRows":
-        return DeviceRows(self.store, self.d, part, self.exchange)
-
-    def summaries(self, part):
-        from fedmpi.crossdevice.cluster_relay import ClusterRelay
-
-        return ClusterRelay(part, self, self.nothing())
+        self.Nothing = self.Rows = DeviceRows
+        self.Summaries = ClusterRelay
 
 
-class WhatLeaves:
+class WhatLeaves(ClassKit):
     """The start-up line of what leaves each face client (docs/BASELINES.md, "What crosses the network"), picked by
     the method's class part as it picks its transports (ClassPart.party_side), so that no role asks its kind."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.n, self.d = cfg.clients.identities_per_client, cfg.model.embedding_size
+        self.Nothing = self.Rows = self.kept
+        self.Summaries = self.summarised
 
-    def nothing(self) -> str:
+    def kept(self, part, kit) -> str:
         """The rows travel with the client's state even where no part steps on them."""
         return line(self.cfg, f"backbone, its class embeddings ({self.n} x {self.d} values; the server sees W for all "
                               f"{self.cfg.clients.population} clients: with one identity a client, its owner's face "
                               f"template)", "client")
 
-    def rows(self, part) -> str:
-        return self.nothing()
-
-    def summaries(self, part) -> str:
+    def summarised(self, part, kit) -> str:
         return line(self.cfg, f"backbone and its {part.client_sends(self.d, self.cfg.clients.rounds)}; in this "
                               f"simulation its class embeddings ({self.n} x {self.d} values) also travel to the server's "
                               f"store between its rounds, which a real device keeps: the method reads none of them",
@@ -72,8 +67,8 @@ class DeviceRows(NoClasses):
     out of the round's class step, as a party is in the silo (silo/server_classes.py): the rows it sent are not
     stored, so they neither move nor push the others; it keeps its last good rows."""
 
-    def __init__(self, store, d: int, part, exchange=None):
-        self.store, self.d, self.part, self.exchange = store, d, part, exchange
+    def __init__(self, part, kit: DeviceKit):
+        self.store, self.d, self.part, self.exchange = kit.store, kit.d, part, kit.exchange
         self.row: dict | None = None
         self.total = None    # Σ ŵ over the seen rows (float64), kept up to date with the rows a round changes
 
@@ -83,25 +78,30 @@ class DeviceRows(NoClasses):
             store.leave_out(excluded_clients(self.exchange.clients, excluded))
         seen = store.seen.nonzero().flatten()
         per = store.rows.shape[1] // self.d
-        everyone = len(seen) == len(store.rows)      # W is the store's table itself: nothing gathered, nothing put back
-        W = (store.rows if everyone else store.rows[seen]).reshape(-1, self.d)
+        table = store.rows.view(-1, self.d)
+        # W is the store's table itself when every client was seen: nothing gathered, nothing put back
+        rows = None if len(seen) == len(store.rows) else rows_of(seen, per)
         self.replace(store.rows[store.returned], store.replaced)
         row = {}
         if self.part is not None and len(seen):
-            bounds = IdentityBounds(W.shape[0])
-            anchors = self.anchors(seen, per)
-            before = W[anchors].clone()
-            row = self.part.step_round(W, bounds, anchors, lr, r, state)
-            if self.part.anchored:
-                self.replace(W[anchors], before)
-            else:
-                self.total = None
-            if not everyone:
-                store.rows[seen] = W.reshape(len(seen), -1)
+            W, row = step_kept(table, rows, lambda W: self.step_round(W, seen, per, lr, r, state))
+        else:
+            W = gathered(table, rows)
         if self.total is None:
             self.total = unit_sum(W)
         self.row = {"round": r, **row, "mean_cosine": cosine_of_sum(self.total, W.shape[0]),
                     "clients_seen": len(seen)}
+
+    def step_round(self, W, seen: torch.Tensor, per: int, lr: float, r: int, state: dict) -> dict:
+        """The part's step on the seen clients' rows W, the round's clients' rows its anchors; Σ ŵ follows."""
+        anchors = self.anchors(seen, per)
+        before = W[anchors].clone()
+        row = self.part.step_round(W, IdentityBounds(W.shape[0]), anchors, lr, r, state)
+        if self.part.anchored:
+            self.replace(W[anchors], before)
+        else:
+            self.total = None
+        return row
 
     def replace(self, new, old) -> None:
         """Σ ŵ with the rows `old` replaced by `new`: O(rows d), where a sum over W would be O(M d)."""
@@ -111,8 +111,7 @@ class DeviceRows(NoClasses):
     def anchors(self, seen: torch.Tensor, per: int) -> torch.Tensor:
         """The rows of W (the seen clients' rows, in client order) that the round's clients returned."""
         returned = torch.as_tensor(sorted(self.store.returned), dtype=torch.int64)
-        clients = torch.searchsorted(seen, returned)
-        return (clients.unsqueeze(1) * per + torch.arange(per)).reshape(-1)
+        return rows_of(torch.searchsorted(seen, returned), per)
 
 
 class IdentityBounds(Sequence):

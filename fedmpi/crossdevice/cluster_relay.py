@@ -13,7 +13,7 @@ import torch
 
 from fedmpi.aggregation.class_payload_check import left_out as judged, wrongly_shaped
 from fedmpi.comm.marked_receives import MarkedReceives
-from fedmpi.crossdevice.album_clusters import TAG_CLUSTERS
+from fedmpi.comm.tags import CLUSTERS as TAG_CLUSTERS
 from fedmpi.crossdevice.client_state import excluded_clients
 from fedmpi.crossdevice.cluster_pool import ClusterPool
 from fedmpi.crossdevice.sampler import assign_to_ranks
@@ -23,9 +23,9 @@ class ClusterRelay:
     """`part`: the summary part; `kit`: the DeviceKit (the clients' store, d, the round's ClientExchange). The pool
     lives in the store, so that it is checkpointed with the clients' states."""
 
-    def __init__(self, part, kit, diagnostics):
+    def __init__(self, part, kit):
         self.part, self.store, self.exchange, self.d = part, kit.store, kit.exchange, kit.d
-        self.diagnostics = diagnostics          # DeviceRows without a part: the stored rows' spread, for the log
+        self.diagnostics = kit.nothing()        # DeviceRows without a part: the stored rows' spread, for the log
         ex = kit.exchange
         self.shape = part.summary_shape(kit.d)          # [Q, width]
         self.pool = ClusterPool(part.kept_rounds, ex.sampler.count, self.shape, ex.sampler.population, ex.device,

@@ -9,6 +9,7 @@ from fedmpi.core.build import RunParts
 from fedmpi.core.context import Context
 from fedmpi.crossdevice.client_data import open_clients
 from fedmpi.crossdevice.album_clusters import ClientKit
+from fedmpi.crossdevice.client_heads import client_head
 from fedmpi.crossdevice.exchange import TrainerSide, client_group
 from fedmpi.crossdevice.rank_uploads import rank_uploads
 from fedmpi.crossdevice.local_training import LocalTrainer
@@ -40,7 +41,8 @@ class ClientTrainer:
                                   augment=cfg.clients.augment, device=parts.device, dtype=parts.dtype,
                                   clip=cfg.fed.dp.clip if cfg.fed.dp.enabled else None,
                                   vectorised=cfg.clients.vectorised(cfg, parts.device.type),
-                                  head=self.classes.head)
+                                  head=client_head(cfg, parts.model, data) if self.classes.head is None
+                                  else self.classes.head)
         self.previous = self.local.down.theta.clone()
         # each client's upload, or their sum; masked under fed.secure_aggregation (core/secure_participant.py)
         self.uploads = rank_uploads(cfg, self.trainer_side, parts.every_upload, self.local.data.sizes(),
@@ -77,7 +79,7 @@ class ClientTrainer:
         self.classes.upload(r)
         self.previous.copy_(local.down.theta)
         ex.receive_global(local.down.flat)
-        self.classes.download()
+        self.classes.download(r)
         local.new_global(self.previous, self.lr)
 
     def report(self, r: int, trained, seconds: float) -> None:

@@ -3,6 +3,8 @@ sends Θ + scale·(θ_i − Θ) for the trainable values (a sign-flipped update 
 with 0; frozen values and BN statistics go as trained), and its class payload `short_rows` rows short."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -11,16 +13,17 @@ def attack_of(cfg, party_name: str):
     return next((p.attack for p in cfg.parties if p.name == party_name), None)
 
 
-def attack_scale(cfg, party_name: str) -> float:
-    """The scale of the party's attack; 1.0 (honest) for a party the config does not list."""
-    attack = attack_of(cfg, party_name)
-    return 1.0 if attack is None else attack.scale
+@dataclass(frozen=True)
+class PartyAttack:
+    """What a party's leader does to its uploads: `scale` (1.0: honest) and the class payload's `short_rows` (0)."""
+    scale: float = 1.0
+    short_rows: int = 0
 
 
-def short_rows(cfg, party_name: str) -> int:
-    """The rows the party's class payload leaves off its end (0: honest)."""
+def party_attack(cfg, party_name: str) -> PartyAttack:
+    """The party's attack; an honest one for a party the config does not list."""
     attack = attack_of(cfg, party_name)
-    return 0 if attack is None else attack.short_rows
+    return PartyAttack() if attack is None else PartyAttack(attack.scale, attack.short_rows)
 
 
 def scale_update(upload: torch.Tensor, global_model: torch.Tensor, scale: float) -> torch.Tensor:

@@ -9,7 +9,9 @@ party's rows received straight into their block), then sends each party its own 
 splits over the party's shards again; or the relay to each party of the other parties' summaries, which its
 leader passes to the party's ranks: the rule's trainer state (`RECEIVED`, checkpointed) and the classifier's
 extra negatives. Every byte of it is in the log's traffic columns (the gather and the split inside the party as
-intra-party bytes). A part picks its transport from `PartyKit`: nothing, the rows, or the summaries."""
+intra-party bytes). A part picks its transport from `PartyKit` (core/class_kit.py): nothing, the rows, or the
+summaries; the kit holds where W_k lives (the party's classifier shards) and how it moves (the party and leaders
+groups)."""
 from __future__ import annotations
 
 import torch
@@ -18,6 +20,7 @@ import torch.distributed as dist
 from fedmpi import comm
 from fedmpi.comm import p2p
 from fedmpi.comm.tags import CLASS_DOWN as TAG_DOWN, CLASS_UP as TAG_UP
+from fedmpi.core.class_kit import ClassKit, NoClassPayload
 from fedmpi.layout import SERVER, Party
 from fedmpi.models.class_centres import shard_bounds
 from fedmpi.models.cone_negatives import valid_cones
@@ -46,37 +49,7 @@ def shard_rows(n: int, ranks: int, classifier_mode: str) -> int:
     return end - start
 
 
-class TransportKit:
-    """The transports a class part picks from (class_parts.py: party_side, server_side): `Nothing`, `Rows` and
-    `Summaries`, set by the party's kit and the server's."""
-    Nothing: type
-    Rows: type
-    Summaries: type
-
-    def nothing(self):
-        return self.Nothing()
-
-    def rows(self, part):
-        return self.Rows(part, self)
-
-    def summaries(self, part):
-        return self.Summaries(part, self)
-
-
-class NoPartyClasses:
-    """Nothing of the party's classifier leaves it."""
-
-    def upload(self, r: int) -> None:
-        pass
-
-    def download(self, r: int) -> None:
-        pass
-
-    def restored(self) -> None:
-        pass
-
-
-class PartyClasses(NoPartyClasses):
+class PartyClasses(NoClassPayload):
     """Its shard of W_k to the leader and the leader's payload to the server after the local steps (`upload`),
     the server's reply into the party after Θ (`download`)."""
 
@@ -209,7 +182,7 @@ class PartySummaries(PartyClasses):
         self.classifier.negatives = valid_cones(self.algo_state[RECEIVED])
 
 
-class PartyKit(TransportKit):
+class PartyKit(ClassKit):
     """What a trainer rank's transports share: its party and place, the party's classifier and its optimizer,
     the rule's trainer state, the number of parties."""
 
@@ -218,4 +191,4 @@ class PartyKit(TransportKit):
         self.party, self.rank, self.groups, self.short_rows = party, rank, groups, short_rows
         self.classifier, self.optimizer, self.algo_state = classifier, optimizer, algo_state
         self.parties, self.device, self.dtype = parties, device, dtype
-        self.Nothing, self.Rows, self.Summaries = NoPartyClasses, PartyRows, PartySummaries
+        self.Nothing, self.Rows, self.Summaries = NoClassPayload, PartyRows, PartySummaries

@@ -1,7 +1,8 @@
 """The server's side of a class part's payloads (silo/classes.py says how they travel): the parties' payloads of a
 round, received while the backbones travel, the part's arithmetic on them after Θ went out, the replies. A part
-picks its transport from `ServerKit` (class_parts.py): nothing (core/seams.py's NoClasses), the rows, or the
-summaries."""
+picks its transport from `ServerKit` (core/class_kit.py): nothing (core/seams.py's NoClasses), the rows, or the
+summaries; the kit holds where W lives on the server (the parties' blocks of the stacked W, received from their
+leaders) and how it moves (the leaders group)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,12 +13,14 @@ from fedmpi.aggregation.class_payload_check import left_out as judged
 from fedmpi.algorithms.class_steps import bounds_of
 from fedmpi.comm import p2p
 from fedmpi.comm.marked_receives import MarkedReceives
+from fedmpi.core.class_kit import ClassKit
 from fedmpi.core.seams import NoClasses
+from fedmpi.core.server_rows import kept_rows, step_kept
 from fedmpi.layout import Party
-from fedmpi.silo.classes import TAG_DOWN, TAG_UP, TransportKit, replicated, shard_rows
+from fedmpi.silo.classes import TAG_DOWN, TAG_UP, replicated, shard_rows
 
 
-class ServerKit(TransportKit):
+class ServerKit(ClassKit):
     """What the server's transports share: the parties, their class counts n_k (`rows`), the embedding size d."""
 
     def __init__(self, parties: list[Party], rows: list[int], d: int, leaders, device, dtype,
@@ -130,15 +133,11 @@ class ServerRows(ServerClasses):
             self.uploads[k].fill_(float("nan"))    # not a reply: the party keeps its own rows (silo/classes.py)
 
     def step_rows(self, kept: np.ndarray, lr: float, r: int, state: dict) -> dict:
-        """The part's step on the kept parties' rows (all of W in place, or a copy of the kept ones written back)."""
-        if kept.all():
-            return self.part.step(self.W, self.bounds, lr, r, state)
-        parties = np.flatnonzero(kept)
-        W = torch.cat([self.uploads[k] for k in parties])
-        row = self.part.step(W, bounds_of([self.uploads[k].shape[0] for k in parties]), lr, r, state)
-        for k, (a, b) in zip(parties, bounds_of([self.uploads[k].shape[0] for k in parties])):
-            self.uploads[k].copy_(W[a:b])
-        return row
+        """The part's step on the kept parties' rows (core/server_rows.py: all of W in place, or a copy of the kept
+        ones written back)."""
+        counts = [b - a for (a, b), k in zip(self.bounds, kept) if k]
+        return step_kept(self.W, kept_rows(self.bounds, kept),
+                         lambda W: self.part.step(W, bounds_of(counts), lr, r, state))[1]
 
 
 class ServerSummaries(ServerClasses):

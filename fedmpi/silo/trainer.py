@@ -16,7 +16,7 @@ from fedmpi.core.context import Context
 from fedmpi.core.driver import drive
 from fedmpi.core.trainer_loop import run_trainer_rounds
 from fedmpi.core.schedule import evaluation_due
-from fedmpi.silo.attack import attack_scale, scale_update, short_rows
+from fedmpi.silo.attack import party_attack, scale_update
 from fedmpi.silo.classes import PartyKit
 from fedmpi.silo.exchange import leader_upload, receive_global, report as send_statistics
 from fedmpi.silo.party_checkpoint import PartyCheckpoint
@@ -56,7 +56,7 @@ class Trainer:
         self.down, self.up = exchange_buffers(self.state, self.algorithm, self.is_leader, self.node, self.speed,
                                               self.device, self.dtype)
         self.global_theta = self.down.theta
-        self.attack = attack_scale(cfg, self.party.name)      # 1.0: an honest party
+        self.attack = party_attack(cfg, self.party.name)      # scale 1.0, no rows short: an honest party
         # the leader's upload, masked under fed.secure_aggregation (core/secure_participant.py)
         self.uploads = leader_upload(cfg, ctx, self.up.flat.numel(), self.state.numel) if self.is_leader else None
         self.take_global()
@@ -84,7 +84,7 @@ class Trainer:
         # what of the party's class embeddings leaves it each round (the class part's transport, silo/classes.py)
         self.classes = self.algorithm.classes.party_side(PartyKit(
             self.party, self.rank, self.groups, self.classifier, self.classifier_opt, self.algo_state,
-            len(ctx.layout.parties), self.device, self.dtype, short_rows=short_rows(cfg, self.party.name)))
+            len(ctx.layout.parties), self.device, self.dtype, short_rows=self.attack.short_rows))
         self.saved = PartyCheckpoint(self.party, self.rank, self.classifier, self.classifier_opt, self.precision,
                                      self.algo_state, self.algorithm.global_state, self.node, self.classes,
                                      cfg.run.seed, cfg.model.classifier)
@@ -97,6 +97,7 @@ class Trainer:
 
     def prepare(self, r: int, lr: float) -> None:
         self.set_lr(lr)
+        self.classes.prepare(r)
         if self.is_leader:
             self.uploads.begin(r, [self.party.index], self.down.flat)
         if self.training.fresh_optimizer:   # a new local optimizer every round: no momentum carried over
@@ -209,8 +210,8 @@ class Trainer:
         """The leader's θ_i, up payloads and the training's upload columns (objective.<column>(): FedFR's party
         weight, which the server aggregates with), in one buffer."""
         self.state.read(self.up.theta)
-        if self.attack != 1.0:
-            scale_update(self.up.trainable, self.down.trainable, self.attack)
+        if self.attack.scale != 1.0:
+            scale_update(self.up.trainable, self.down.trainable, self.attack.scale)
         for name, slot in self.up.columns.items():
             slot.fill_(getattr(self.objective, name)())
         self.uploads.each(self.up.flat)

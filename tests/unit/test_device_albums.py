@@ -152,8 +152,8 @@ def test_a_hostile_or_broken_cluster_is_named_and_left_out_of_the_relay(capsys):
     exchange = SimpleNamespace(sampler=SimpleNamespace(count=4, population=10), device="cpu",
                                clients=np.array([1, 3, 5, 7]), trainers=[1, 2])
     store = SimpleNamespace(initial=torch.zeros(1), norm_ratio=10.0, pool=None)
-    relay = ClusterRelay(PrivateClusters(PrivacyFaceOptions()), SimpleNamespace(store=store, exchange=exchange, d=d),
-                         diagnostics=None)
+    relay = ClusterRelay(PrivateClusters(PrivacyFaceOptions()),
+                         SimpleNamespace(store=store, exchange=exchange, d=d, nothing=lambda: None))
     assert store.pool is relay.pool
     relay.order = [1, 3, 5, 7]
     honest = torch.tensor([0.6, 0.8, 0.0, 0.64, 1.0])
