@@ -6,8 +6,9 @@ local_step, fedmpi/algorithms): g + λθ (optim.weight_decay), then
   pfm       + β·M/K, plain SGD (FedFace eq. 3), M = (Θ_{R−1} − Θ_R)/η_{R−1} (eq. 6): a function of the global
             models the server itself made, zero in round 1, read from the recording of round R − 1
 
-Any other backbone rule keeps state the server never sees (SCAFFOLD's c_i, FedDyn's ∇L_i, MIME-lite's
-server statistics: the participant's own), or a method trains its own local objective (FedFR): refused."""
+Any other backbone rule reads state the recording does not hold (SCAFFOLD's c_i and FedDyn's ∇L_i, the
+participant's own; the down payloads of MIME-lite and SCAFFOLD), or a method trains its own local objective
+(FedFR): refused."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ def backbone_rule(cfg) -> str:
         raise Refused(f"fed.algorithm={cfg.fed.algorithm}: its participants train their own local objective, "
                       f"which the audit does not simulate (simulated: the local steps of {', '.join(SIMULATED)})")
     if rule not in SIMULATED:
-        raise Refused(f"fed.algorithm={cfg.fed.algorithm}: the local step of {rule} reads state the participant "
-                      f"keeps from the server, so the server cannot simulate it (simulated: {', '.join(SIMULATED)})")
+        raise Refused(f"fed.algorithm={cfg.fed.algorithm}: the local step of {rule} reads state the recording does "
+                      f"not hold, so the audit does not simulate it (simulated: {', '.join(SIMULATED)})")
     return rule
 
 

@@ -100,12 +100,12 @@ def run_silo(view: RunView, options, aggregate: bool) -> tuple[dict, tuple]:
 def run_clients(view: RunView, options) -> tuple[dict, tuple]:
     done = attack_clients(view, options)
     clients = ", ".join(map(str, done["clients"]))
-    result = {"upload": f"client {clients}", "participants": 1, "clients": done["clients"],
+    result = {"upload": f"client {clients}", "participants": 1,      # each client's upload, attacked apart "clients": done["clients"],
               "setting": f"device clients, one identity each, {view.received['algorithm']}, "
                          f"E={view.cfg.clients.epochs}, B={view.cfg.optim.batch_size}",
               "attacked": f"the upload of client {clients}",
-              "attack": f"the client's {done['steps']} local steps simulated ({done['words']}, its batch order and "
-                        f"flips from its seed), w_c unknown (a surrogate)",
+              "attack": f"each client's local steps ({'/'.join(map(str, done['steps']))}) simulated "
+                        f"({done['words']}, its batch order and flips from its seed), w_c unknown (a surrogate)",
               "reconstruction": reconstruction(done["objective"], len(done["rebuilt"]), done["psnr"], done["ssim"],
                                                options), "identity": done["identity"]}
     return result, (done["rebuilt"], done["originals"], f"client {clients}")

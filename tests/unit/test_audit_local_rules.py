@@ -90,8 +90,8 @@ def test_pfm_local_steps_add_the_momentum_of_the_recorded_global_models(tmp_path
 @pytest.mark.parametrize("algorithm, round_number, message", [
     ("pfm", 3, r"fed.algorithm=pfm: its local step adds β·M/K, M = \(Θ_\{R−1\} − Θ_R\)/η from the global model of "
                r"round 2, which was not recorded \(record it too: log.record_received=\[2, 3\]\)$"),
-    ("scaffold", 1, r"fed.algorithm=scaffold: the local step of scaffold reads state the participant keeps from the "
-                    r"server, so the server cannot simulate it \(simulated: fedavg, fedprox, pfm\)$"),
+    ("scaffold", 1, r"fed.algorithm=scaffold: the local step of scaffold reads state the recording does not hold, so "
+                    r"the audit does not simulate it \(simulated: fedavg, fedprox, pfm\)$"),
 ])
 def test_a_local_step_the_server_cannot_simulate_is_refused(tmp_path, algorithm, round_number, message):
     model = tiny()
