@@ -49,12 +49,23 @@ def client_simulation(model: torch.nn.Module, plan: list, n: int, lr: float, ste
     return lambda x: inner(torch.cat([x, x.flip(-1)]))
 
 
-def invert_client_update(model: torch.nn.Module, observed: list, plan: list, n: int, image_shape, embedding: int,
-                         *, lr: float, step, nu: float, iterations: int, restarts: int, seed: int = 0,
-                         tv: float = 1e-4) -> Inversion:
-    """Reconstructions [n, *image_shape] of the client's n images behind `observed`; the surrogate w_c has
-    `embedding` values."""
-    rows = torch.randn(1, embedding, generator=torch.Generator().manual_seed(seed), dtype=observed[0].dtype)
-    simulate = client_simulation(model, plan, n, lr, step, nu, rows)
-    return invert(simulate, observed, (n, *image_shape), iterations=iterations, restarts=restarts, tv=tv,
-                  data_range=(-1.0, 1.0), seed=seed, unknowns=[rows])
+def invert_cohort_update(model: torch.nn.Module, observed: list, plans: list, sizes: list, weights: list,
+                         image_shape, embedding: int, *, lr: float, steps: list, nu: float, iterations: int,
+                         restarts: int, seed: int = 0, tv: float = 1e-4) -> Inversion:
+    """Reconstructions [Σ n_c, *image_shape] of the images behind Σ_c weights[c]·(θ_c − Θ) (one client: its own
+    upload, weight 1), each client c's training simulated from its plan and its local step `steps[c]`, every
+    client's w_c a surrogate (`embedding` values) optimised beside the images."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = [torch.randn(1, embedding, generator=generator, dtype=observed[0].dtype) for _ in plans]
+    simulations = [client_simulation(model, plan, n, lr, step, nu, w)
+                   for plan, n, step, w in zip(plans, sizes, steps, rows)]
+    bounds = np.cumsum([0, *sizes])
+
+    def simulate(x: torch.Tensor) -> list:
+        total = None
+        for c, (simulation, weight) in enumerate(zip(simulations, weights)):
+            update = simulation(x[bounds[c]:bounds[c + 1]])
+            total = [weight * u for u in update] if total is None else [t + weight * u for t, u in zip(total, update)]
+        return total
+    return invert(simulate, observed, (int(bounds[-1]), *image_shape), iterations=iterations, restarts=restarts,
+                  tv=tv, data_range=(-1.0, 1.0), seed=seed, unknowns=rows)

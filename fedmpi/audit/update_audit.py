@@ -11,26 +11,27 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .client_audit import attack_clients
+from .client_audit import attack_clients, attack_cohort
+from .identity import identity_scores
 from .report import write_png
-from .run_view import Refused, RunView, embed, model_at
-from .scoring import identity_recovery, score_reconstructions, templates, threshold_at_far, unit
+from .run_view import Refused, RunView
+from .scoring import score_reconstructions
 from .silo_targets import invert_silo, silo_target
 
 NAME = "inversion"
 
 
 def check_attackable(view, options) -> str:
-    """What the attack inverts: "party" (one silo upload), "aggregate" (Θ_after − Θ_before) or "clients" (device
-    clients' uploads); Refused naming why where the recording cannot give it."""
+    """What the attack inverts: "party" (one silo upload), "aggregate" (Θ_after − Θ_before), "clients" (device
+    clients' uploads) or "cohort" (the device cohort's aggregate); Refused naming why where the recording cannot
+    give it."""
     received, upload = view.received, getattr(options, "upload", None)
     if upload == "one" and received["secure"]:
         raise Refused(f"--upload one: under secure aggregation the server holds only the sum of the round's "
                       f"{len(received['upload_names'])} uploads (theta_after - theta_before): use --upload aggregate")
     if view.cfg.cross_device:
         if upload == "aggregate" or received["secure"]:
-            raise Refused("device clients' aggregate (the cohort's sum) is not attacked: the simulation of a "
-                          "cohort's local training as one update is not built; attack one client's upload")
+            return "cohort"
         if "uploads" not in received:
             raise Refused(f"round {view.round}'s recording holds no client's upload")
         return "clients"
@@ -48,23 +49,6 @@ def dp_of(view) -> dict:
 def as_unit(x: torch.Tensor) -> torch.Tensor:
     """[-1, 1] -> [0, 1], the range of PSNR / SSIM and of the picture."""
     return (x + 1) / 2
-
-
-def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images, assigned, far: float) -> dict:
-    """Identity recovered at `far` per reconstruction, against chance (other identities' real images)."""
-    evaluation, _ = model_at(cfg, theta)
-    real = embed(evaluation, images.to(theta.dtype))
-    rebuilt = embed(evaluation, rebuilt_images)
-    cos = (unit(real) @ unit(real).T).numpy()
-    upper = np.triu_indices(len(real), 1)
-    threshold = threshold_at_far(cos[upper], (identities[:, None] == identities[None])[upper], far)
-    template = templates(real, identities)
-    per_image = [identity_recovery(rebuilt[i:i + 1], real[identities != identities[j]], template[identities[j]],
-                                   threshold)
-                 for i, j in enumerate(assigned)]
-    return {"far": far, "threshold": threshold, "recovered": float(np.mean([p["recovered"] for p in per_image])),
-            "chance": float(np.mean([p["chance"] for p in per_image])),
-            "pairs": f"every pair of the participants' {len(real)} real images under it"}
 
 
 def reconstruction(found_objective: float, count: int, psnr, ssim, options) -> dict:
@@ -97,24 +81,27 @@ def run_silo(view: RunView, options, aggregate: bool) -> tuple[dict, tuple]:
     return result, (found.images, target.images[torch.as_tensor(scores["assigned"])], summed)
 
 
-def run_clients(view: RunView, options) -> tuple[dict, tuple]:
-    done = attack_clients(view, options)
+def run_clients(view: RunView, options, cohort: bool) -> tuple[dict, tuple]:
+    done = attack_cohort(view, options) if cohort else attack_clients(view, options)
     clients = ", ".join(map(str, done["clients"]))
-    result = {"upload": f"client {clients}", "participants": 1,      # each client's upload, attacked apart "clients": done["clients"],
+    what = (f"the aggregate Θ_after − Θ_before of {len(done['clients'])} clients ({clients})" if cohort
+            else f"the upload of client {clients}" + (", each apart" if len(done["clients"]) > 1 else ""))
+    result = {"upload": "aggregate" if cohort else f"client {clients}", "clients": done["clients"],
+              "participants": len(done["clients"]) if cohort else 1,
               "setting": f"device clients, one identity each, {view.received['algorithm']}, "
                          f"E={view.cfg.clients.epochs}, B={view.cfg.optim.batch_size}",
-              "attacked": f"the upload of client {clients}",
+              "attacked": what,
               "attack": f"each client's local steps ({'/'.join(map(str, done['steps']))}) simulated "
                         f"({done['words']}, its batch order and flips from its seed), w_c unknown (a surrogate)",
               "reconstruction": reconstruction(done["objective"], len(done["rebuilt"]), done["psnr"], done["ssim"],
                                                options), "identity": done["identity"]}
-    return result, (done["rebuilt"], done["originals"], f"client {clients}")
+    return result, (done["rebuilt"], done["originals"], "aggregate" if cohort else f"client {clients}")
 
 
 def run(view: RunView, options) -> tuple[dict, dict]:
     """The attack's result, and its picture ({file name: draw(path)}) for the report's folder."""
     what = check_attackable(view, options)
-    result, (rebuilt, originals, who) = (run_clients(view, options) if what == "clients"
+    result, (rebuilt, originals, who) = (run_clients(view, options, what == "cohort") if what in ("clients", "cohort")
                                          else run_silo(view, options, what == "aggregate"))
     result["identity"]["model"] = model_words(view.round)
     dp = dp_of(view)

@@ -109,7 +109,8 @@ def test_a_setting_the_audit_cannot_attack_is_named():
 
     with pytest.raises(Refused, match=r"^--upload one: under secure aggregation the server holds only the sum"):
         check_attackable(view(False, {"secure": True, "upload_names": ["a", "b"]}), SimpleNamespace(upload="one"))
-    with pytest.raises(Refused, match=r"^device clients' aggregate \(the cohort's sum\) is not attacked"):
-        check_attackable(view(True, {"secure": True, "upload_names": []}), SimpleNamespace(upload=None))
+    assert check_attackable(view(True, {"secure": True}), SimpleNamespace(upload=None)) == "cohort"
+    with pytest.raises(Refused, match=r"^round 1's recording holds no client's upload$"):
+        check_attackable(view(True, {"secure": False}), SimpleNamespace(upload="one"))
     assert check_attackable(view(False, {"secure": True}), SimpleNamespace(upload=None)) == "aggregate"
     assert check_attackable(view(True, {"secure": False, "uploads": 0}), SimpleNamespace(upload=None)) == "clients"
