@@ -26,6 +26,10 @@ def check_attackable(view, options) -> str:
     clients' uploads) or "cohort" (the device cohort's aggregate); Refused naming why where the recording cannot
     give it."""
     received, upload = view.received, getattr(options, "upload", None)
+    if view.cfg.cross_device and getattr(options, "party", None):
+        raise Refused(f"--party {options.party}: the run's participants are device clients (name them by --client)")
+    if not view.cfg.cross_device and getattr(options, "client", None):
+        raise Refused(f"--client {options.client[0]}: the run's participants are silo parties (name them by --party)")
     if upload == "one" and received["secure"]:
         raise Refused(f"--upload one: under secure aggregation the server holds only the sum of the round's "
                       f"{len(received['upload_names'])} uploads (theta_after - theta_before): use --upload aggregate")

@@ -110,6 +110,12 @@ def test_a_setting_the_audit_cannot_attack_is_named():
     with pytest.raises(Refused, match=r"^--upload one: under secure aggregation the server holds only the sum"):
         check_attackable(view(False, {"secure": True, "upload_names": ["a", "b"]}), SimpleNamespace(upload="one"))
     assert check_attackable(view(True, {"secure": True}), SimpleNamespace(upload=None)) == "cohort"
+    with pytest.raises(Refused, match=r"^--party a: the run's participants are device clients \(name them by "
+                                      r"--client\)$"):
+        check_attackable(view(True, {"secure": False}), SimpleNamespace(upload=None, party="a"))
+    with pytest.raises(Refused, match=r"^--client 3: the run's participants are silo parties \(name them by "
+                                      r"--party\)$"):
+        check_attackable(view(False, {"secure": False}), SimpleNamespace(upload=None, client=[3]))
     with pytest.raises(Refused, match=r"^round 1's recording holds no client's upload$"):
         check_attackable(view(True, {"secure": False}), SimpleNamespace(upload="one"))
     assert check_attackable(view(False, {"secure": True}), SimpleNamespace(upload=None)) == "aggregate"
