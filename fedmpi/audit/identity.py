@@ -28,8 +28,25 @@ def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images
             "pairs": f"every pair of the participants' {len(real)} real images under it"}
 
 
+def one_client(rebuilt: torch.Tensor, k, template: dict, threshold: float) -> dict:
+    """Client k's identity from its reconstructions' embeddings `rebuilt`: their template accepted against k's
+    (recovered), k's the closest of the round's templates (top-1), the other clients' templates accepted against
+    it (a reconstruction that matches every identity recovers none), and chance: the others' real templates
+    accepted against k's."""
+    mine = templates(rebuilt, np.zeros(len(rebuilt)))[0.0]
+    names = list(template)
+    others = torch.stack([template[j] for j in names if j != k])
+    closest = names[int(np.argmax([float(unit(mine) @ template[j]) for j in names]))]
+    return {"recovered": bool(identity_recovered(mine, template[k], threshold)),
+            "top1": bool(closest == k),
+            "images_recovered": float(identity_recovered(rebuilt, template[k], threshold).mean()),
+            "others_accepted": float(identity_recovered(others, mine, threshold).mean()),
+            "chance": float(identity_recovered(others, template[k], threshold).mean())}
+
+
 def client_identity(cfg, theta, pool: dict, rebuilt: dict, far: float) -> dict:
-    """Per attacked client: its identity recovered from its reconstructions, against chance (see the module)."""
+    """Per attacked client: its identity recovered from its reconstructions, against chance (one_client); the
+    threshold at `far` on every pair of the round's clients' real images, top-1 among their templates."""
     evaluation, _ = model_at(cfg, theta)
     real = {k: embed(evaluation, x.to(theta.dtype)) for k, x in pool.items()}
     everyone = torch.cat(list(real.values()))
@@ -38,15 +55,8 @@ def client_identity(cfg, theta, pool: dict, rebuilt: dict, far: float) -> dict:
     upper = np.triu_indices(len(everyone), 1)
     threshold = threshold_at_far(cos[upper], (owner[:, None] == owner[None])[upper], far)
     template = templates(everyone, owner)
-    others = {k: torch.stack([template[j] for j in real if j != k]) for k in rebuilt}
-    per_client = {k: {"recovered": bool(identity_recovered(templates(embed(evaluation, x), np.zeros(len(x)))[0],
-                                                           template[k], threshold)),
-                      "images_recovered": float(identity_recovered(embed(evaluation, x), template[k],
-                                                                   threshold).mean()),
-                      "chance": float(identity_recovered(others[k], template[k], threshold).mean())}
-                  for k, x in rebuilt.items()}
-    return {"far": far, "threshold": threshold, "per_client": per_client,
-            "recovered": float(np.mean([c["recovered"] for c in per_client.values()])),
-            "images_recovered": float(np.mean([c["images_recovered"] for c in per_client.values()])),
-            "chance": float(np.mean([c["chance"] for c in per_client.values()])),
+    per_client = {k: one_client(embed(evaluation, x), k, template, threshold) for k, x in rebuilt.items()}
+    mean = {key: float(np.mean([c[key] for c in per_client.values()]))
+            for key in ("recovered", "top1", "images_recovered", "others_accepted", "chance")}
+    return {"far": far, "threshold": threshold, "per_client": per_client, **mean, "top1_chance": 1.0 / len(real),
             "pairs": f"every pair of the real images of the round's {len(real)} clients under it"}

@@ -131,6 +131,10 @@ def lines(result: dict) -> list[str]:
             "under 11 pixels a side |",
             f"| identity recovered at FAR {ident['far']:g} | {ident['recovered']:.3f} |",
             f"| chance (other identities' real images) | {ident['chance']:.3f} |",
+            *([f"| identity top-1 among the round's clients | {ident['top1']:.3f} (chance "
+               f"{ident['top1_chance']:.3f}) |",
+               f"| other clients' templates accepted against the reconstructions' | {ident['others_accepted']:.3f} |"]
+              if "top1" in ident else []),
             f"| participants summed | {result['participants']} |",
             f"| DP noise multiplier z | {result['noise_multiplier']} |" if result["dp"] else "| DP | none |", "",
             f"Evaluation model: {ident['model']}. Threshold {ident['threshold']:.4f}: {ident['pairs']}.", "",
