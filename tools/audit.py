@@ -5,8 +5,10 @@ It takes what the server of RUN received in round R (recorded by the run: log.re
 RUN/received/round-R.h5, fedmpi/core/received.py) and runs the attacks named by --attack on it, each from what the
 server held and scored against the participants' own data (read from the run's data to score only):
 
-  inversion   the images behind one upload reconstructed (Inverting Gradients' FedAvg variant), scored by
-              PSNR / SSIM and by identity at --far against chance (fedmpi/audit/update_audit.py)
+  inversion   the images behind one upload (a silo party's, --party; device clients', --client) or behind the
+              round's aggregate (--upload aggregate; under secure aggregation the only view) reconstructed by
+              simulating the participants' local steps, scored by PSNR / SSIM and by identity at --far against
+              chance (fedmpi/audit/update_audit.py)
 
 Writes audit.json, audit.md and the attacks' pictures into DIR (default RUN/audit-rR) and nothing else.
 docs/PRIVACY_AUDIT.md says what is attacked and what not.
@@ -32,6 +34,11 @@ def parse_args(argv=None):
     parser.add_argument("--attack", nargs="+", choices=sorted(ATTACKS), default=["inversion"],
                         help="the attacks to run, in this order (default: inversion)")
     parser.add_argument("--party", help="whose upload to attack (default: the round's first upload)")
+    parser.add_argument("--upload", choices=["one", "aggregate"],
+                        help="inversion: one participant's upload, or the round's aggregate theta_after - "
+                             "theta_before (default: one; aggregate under secure aggregation)")
+    parser.add_argument("--client", type=int, nargs="+", help="inversion: the device clients to attack "
+                                                                 "(default: the round's first upload)")
     parser.add_argument("--out", type=Path, help="the report's folder (default RUN/audit-rR)")
     parser.add_argument("--iterations", type=int, default=500, help="optimisation steps per restart")
     parser.add_argument("--restarts", type=int, default=1)

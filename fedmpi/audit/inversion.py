@@ -50,9 +50,13 @@ def gradient_of(model: torch.nn.Module, loss_fn, labels: torch.Tensor) -> Simula
 
 
 def local_update_of(model: torch.nn.Module, loss_fn, labels: torch.Tensor, lr: float, steps: int,
-                    batches: Sequence[torch.Tensor] | None = None, momentum: float = 0.0) -> Simulate:
+                    batches: Sequence[torch.Tensor] | None = None, momentum: float = 0.0, *,
+                    weight_decay: float = 0.0, correct=None, head: Sequence[torch.Tensor] = ()) -> Simulate:
     """x′ -> θ_K − Θ after `steps` SGD steps (heavy-ball momentum if given) from the model's parameters Θ, each
-    on x′[batches[k]] (all of x′ when batches is None), differentiable in x′ ([G] §5)."""
+    on x′[batches[k]] (all of x′ when batches is None), differentiable in x′ ([G] §5). The step is the rules'
+    (algorithms/base.py): g + weight_decay·θ + correct(name, θ, Θ) (FedProx's μ(θ − Θ), PFM's β·M/K), then
+    momentum SGD. `head`: tensors trained beside θ by plain SGD at lr (a device client's class rows), read by
+    loss_fn(out, labels, *head); their values at the call are where every simulation starts."""
     if steps < 1 or lr <= 0:
         raise ValueError(f"local update needs steps >= 1 and lr > 0, got steps={steps}, lr={lr}")
     if batches is not None and len(batches) != steps:
@@ -64,13 +68,17 @@ def local_update_of(model: torch.nn.Module, loss_fn, labels: torch.Tensor, lr: f
         buffers = {name: b.clone() for name, b in saved.items()}   # BatchNorm's running statistics move per step
         theta = {name: p.clone().requires_grad_() for name, p in start.items()}
         velocity = {name: torch.zeros_like(p) for name, p in start.items()}
+        rows = [w if w.requires_grad else w.detach().requires_grad_() for w in head]
         for k in range(steps):
-            rows = slice(None) if batches is None else batches[k]
-            loss = loss_fn(functional_call(model, (theta, buffers), (x[rows],)), labels[rows])
-            grads = torch.autograd.grad(loss, list(theta.values()), create_graph=True)
+            pick = slice(None) if batches is None else batches[k]
+            loss = loss_fn(functional_call(model, (theta, buffers), (x[pick],)), labels[pick], *rows)
+            grads = torch.autograd.grad(loss, [*theta.values(), *rows], create_graph=True)
             for (name, p), g in zip(list(theta.items()), grads):
+                g = g + weight_decay * p if weight_decay else g
+                g = g + correct(name, p, start[name]) if correct is not None else g
                 velocity[name] = momentum * velocity[name] + g
                 theta[name] = p - lr * velocity[name]
+            rows = [w - lr * g for w, g in zip(rows, grads[len(theta):])]
         return [theta[name] - start[name] for name in start]
     return simulate
 

@@ -20,9 +20,11 @@ def margin_loss(embeddings: torch.Tensor, rows: torch.Tensor, labels: torch.Tens
 
 def invert_party_update(model: torch.nn.Module, observed: list, batch: int, image_shape, *, steps: int, lr: float,
                         momentum: float, scale: float, margin: float, iterations: int, restarts: int,
-                        data_range: tuple, seed: int = 0, tv: float = 1e-4) -> Inversion:
+                        data_range: tuple, seed: int = 0, tv: float = 1e-4, weight_decay: float = 0.0,
+                        correct=None) -> Inversion:
     """Reconstructions [batch, *image_shape] of the images behind `observed` (θ_K − Θ per trainable parameter of
-    `model`, which holds Θ, in model.named_parameters() order)."""
+    `model`, which holds Θ, in model.named_parameters() order); `weight_decay`, `correct`: the rule's local step
+    (local_rules.py)."""
     generator = torch.Generator().manual_seed(seed)
     dtype = observed[0].dtype
     embedding = model(torch.zeros(2, *image_shape, dtype=dtype)).shape[1]
@@ -30,6 +32,6 @@ def invert_party_update(model: torch.nn.Module, observed: list, batch: int, imag
     labels = torch.arange(batch)
     model.train()
     simulate = local_update_of(model, lambda out, y: margin_loss(out, rows, y, scale, margin), labels, lr, steps,
-                               momentum=momentum)
+                               momentum=momentum, weight_decay=weight_decay, correct=correct)
     return invert(simulate, observed, (batch, *image_shape), iterations=iterations, restarts=restarts, tv=tv,
                   data_range=data_range, seed=seed, unknowns=[rows])

@@ -83,6 +83,28 @@ def party_images(cfg, party_name: str) -> tuple[torch.Tensor, np.ndarray]:
     return torch.stack([x for x, _ in items]), np.array([int(y) for _, y in items])
 
 
+def client_images(cfg, clients) -> list[tuple[torch.Tensor, np.ndarray]]:
+    """Each device client's images (in [-1, 1], in the order of its part of the face set) and identities, read
+    to score an attack only; a synthetic set is read where the run wrote it, never generated here."""
+    from fedmpi.crossdevice.face_clients import open_face_clients
+    from fedmpi.data.sets import synthetic_folder
+
+    spec = cfg.clients.faces
+    missing = f"the ground truth of the device clients is missing (data.root={cfg.data.root})"
+    if spec.kind == "synthetic" and not synthetic_folder(spec, cfg.data).is_dir():
+        raise Refused(f"{missing}: {synthetic_folder(spec, cfg.data)} not found")
+    try:
+        faces = open_face_clients(cfg)
+    except (OSError, ValueError) as error:
+        raise Refused(f"{missing}: {str(error).splitlines()[0]}") from None
+    out = []
+    for k in clients:
+        index = faces.parts[k]
+        images = torch.stack([faces.dataset[(int(i), False)][0] for i in index])
+        out.append((images, faces.dataset.labels[index].astype(np.int64)))
+    return out
+
+
 def model_at(cfg, theta: torch.Tensor):
     """The run's backbone holding Θ, and its BackboneState (the flat order of an upload)."""
     from fedmpi.core.state import BackboneState

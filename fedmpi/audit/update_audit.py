@@ -1,39 +1,53 @@
-"""The update-inversion attack of a recorded round: the images behind one silo party's FedAvg upload θ_k − Θ are
-reconstructed by Inverting Gradients' FedAvg variant (party_update.py), scored against the party's own images by
+"""The update-inversion attack of a recorded round, in every setting the recording allows: a silo party's upload
+θ_k − Θ, the round's aggregate Θ_after − Θ_before (under secure aggregation the only view; under central or
+distributed DP the noised result; `--upload aggregate` on any averaging run), inverted by Inverting Gradients'
+FedAvg variant with the rule's local step (silo_targets.py, local_rules.py); or device clients' uploads, each
+client's local training simulated as it ran (client_audit.py). Scored against the participants' own images by
 PSNR / SSIM after the assignment by PSNR, and by identity: the reconstruction's embedding under the evaluation
-model (Θ before the round) against its identity's template, at the threshold of --far on pairs of the party's
-real images, beside the same rate for other identities' real images (chance)."""
+model (Θ before the round) against its identity's template, at the threshold of --far on pairs of the
+participants' real images, beside the same rate for other identities' real images (chance)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .party_update import invert_party_update
+from .client_audit import attack_clients, attack_cohort
+from .identity import identity_scores
 from .report import write_png
-from .run_view import Refused, RunView, as_parameters, embed, model_at, party_images
-from .scoring import identity_recovery, score_reconstructions, templates, threshold_at_far, unit
+from .run_view import Refused, RunView
+from .scoring import score_reconstructions
+from .silo_targets import invert_silo, silo_target
 
 NAME = "inversion"
-ATTACKED_RULES = ("fedavg",)    # whose local step the audit simulates: SGD with the party's local momentum
 
 
-def check_attackable(cfg, received: dict, party: str | None) -> str:
-    """The upload to attack, or Refused naming the setting and why."""
-    if cfg.cross_device:
-        raise Refused("device clients are not attacked yet: the recording holds each client's upload, but the "
-                      "simulation of a client's local epochs (and its class row's re-identification) is not built")
-    if received["secure"]:
-        raise Refused("under secure aggregation the server holds only the sum (theta_after - theta_before): the "
-                      "attack of a sum over parties is not built; the recording has no single upload")
-    if received["algorithm"] not in ATTACKED_RULES:
-        raise Refused(f"fed.algorithm={received['algorithm']}: the audit simulates the local SGD steps of "
-                      f"{', '.join(ATTACKED_RULES)} only, and this rule's local step differs")
-    names = received["upload_names"]
-    if party is None:
-        return names[0]
-    if party not in names:
-        raise Refused(f"--party {party}: round {received['round']} holds the uploads of {', '.join(names)}")
-    return party
+def check_attackable(view, options) -> str:
+    """What the attack inverts: "party" (one silo upload), "aggregate" (Θ_after − Θ_before), "clients" (device
+    clients' uploads) or "cohort" (the device cohort's aggregate); Refused naming why where the recording cannot
+    give it."""
+    received, upload = view.received, getattr(options, "upload", None)
+    if view.cfg.cross_device and getattr(options, "party", None):
+        raise Refused(f"--party {options.party}: the run's participants are device clients (name them by --client)")
+    if not view.cfg.cross_device and getattr(options, "client", None):
+        raise Refused(f"--client {options.client[0]}: the run's participants are silo parties (name them by --party)")
+    if upload == "one" and received["secure"]:
+        raise Refused(f"--upload one: under secure aggregation the server holds only the sum of the round's "
+                      f"{len(received['upload_names'])} uploads (theta_after - theta_before): use --upload aggregate")
+    if view.cfg.cross_device:
+        if upload == "aggregate" or received["secure"]:
+            return "cohort"
+        if "uploads" not in received:
+            raise Refused(f"round {view.round}'s recording holds no client's upload")
+        return "clients"
+    return "aggregate" if upload == "aggregate" or received["secure"] else "party"
+
+
+def dp_of(view) -> dict:
+    """The DP the aggregate went through: its kind and the run's noise multiplier z (None without DP)."""
+    received, dp = view.received, view.cfg.fed.dp
+    if not received["dp"]:
+        return {"dp": None, "noise_multiplier": None}
+    return {"dp": "distributed" if received["secure"] else "central", "noise_multiplier": float(dp.noise_multiplier)}
 
 
 def as_unit(x: torch.Tensor) -> torch.Tensor:
@@ -41,66 +55,74 @@ def as_unit(x: torch.Tensor) -> torch.Tensor:
     return (x + 1) / 2
 
 
-def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images, assigned, far: float) -> dict:
-    """Identity recovered at `far` per reconstruction, against chance (other identities' real images)."""
-    evaluation, _ = model_at(cfg, theta)
-    real = embed(evaluation, images.to(theta.dtype))
-    rebuilt = embed(evaluation, rebuilt_images)
-    cos = (unit(real) @ unit(real).T).numpy()
-    upper = np.triu_indices(len(real), 1)
-    threshold = threshold_at_far(cos[upper], (identities[:, None] == identities[None])[upper], far)
-    template = templates(real, identities)
-    per_image = [identity_recovery(rebuilt[i:i + 1], real[identities != identities[j]], template[identities[j]],
-                                   threshold)
-                 for i, j in enumerate(assigned)]
-    return {"far": far, "threshold": threshold, "recovered": float(np.mean([p["recovered"] for p in per_image])),
-            "chance": float(np.mean([p["chance"] for p in per_image])),
-            "pairs": f"every pair of the party's {len(real)} real images under it"}
+def reconstruction(found_objective: float, count: int, psnr, ssim, options) -> dict:
+    return {"count": count, "iterations": options.iterations, "restarts": options.restarts,
+            "objective": found_objective, "psnr": list(psnr), "psnr_mean": float(np.mean(psnr)),
+            "psnr_best": float(np.max(psnr)), "ssim": None if ssim is None else list(ssim),
+            "ssim_mean": None if ssim is None else float(np.mean(ssim))}
+
+
+def model_words(round_number: int) -> str:
+    return "Θ before the round" + (" (the run's start)" if round_number == 1 else
+                                   " (it saw the participants' data in earlier rounds)")
+
+
+def run_silo(view: RunView, options, aggregate: bool) -> tuple[dict, tuple]:
+    target = silo_target(view, getattr(options, "party", None), aggregate)
+    found, words = invert_silo(view, target, options)
+    scores = score_reconstructions(as_unit(found.images), as_unit(target.images.to(found.images.dtype)))
+    identity = identity_scores(view.cfg, view.received["theta_before"], target.images, target.identities,
+                               found.images, scores["assigned"], options.far)
+    summed = ", ".join(target.names)
+    what = (f"the aggregate Θ_after − Θ_before of {len(target.names)} parties ({summed})" if aggregate
+            else f"the upload of {summed}")
+    result = {"upload": "aggregate" if aggregate else summed, "participants": len(target.names),
+              "setting": f"silo, {view.received['algorithm']}, K={view.cfg.fed.K}", "attacked": what,
+              "attack": f"Inverting Gradients' FedAvg variant on {target.batch} images ({words}), "
+                        f"the parties' classifiers unknown",
+              "reconstruction": reconstruction(found.objective, target.batch, scores["psnr"], scores.get("ssim"),
+                                               options), "identity": identity}
+    return result, (found.images, target.images[torch.as_tensor(scores["assigned"])], summed)
+
+
+def run_clients(view: RunView, options, cohort: bool) -> tuple[dict, tuple]:
+    done = attack_cohort(view, options) if cohort else attack_clients(view, options)
+    clients = ", ".join(map(str, done["clients"]))
+    what = (f"the aggregate Θ_after − Θ_before of {len(done['clients'])} clients ({clients})" if cohort
+            else f"the upload of client {clients}" + (", each apart" if len(done["clients"]) > 1 else ""))
+    result = {"upload": "aggregate" if cohort else f"client {clients}", "clients": done["clients"],
+              "participants": len(done["clients"]) if cohort else 1,
+              "setting": f"device clients, one identity each, {view.received['algorithm']}, "
+                         f"E={view.cfg.clients.epochs}, B={view.cfg.optim.batch_size}",
+              "attacked": what,
+              "attack": f"each client's local steps ({'/'.join(map(str, done['steps']))}) simulated "
+                        f"({done['words']}, its batch order and flips from its seed), w_c unknown (a surrogate)",
+              "reconstruction": reconstruction(done["objective"], len(done["rebuilt"]), done["psnr"], done["ssim"],
+                                               options), "identity": done["identity"]}
+    return result, (done["rebuilt"], done["originals"], "aggregate" if cohort else f"client {clients}")
 
 
 def run(view: RunView, options) -> tuple[dict, dict]:
     """The attack's result, and its picture ({file name: draw(path)}) for the report's folder."""
-    cfg, received = view.cfg, view.received
-    party = check_attackable(cfg, received, options.party)
-    images, identities = party_images(cfg, party)
-    from fedmpi.config.epochs import rank_batch
-
-    model, state = model_at(cfg, received["theta_before"])
-    k = received["upload_names"].index(party)
-    observed = as_parameters(model, received["uploads"][k, :state.n_trainable]
-                             - received["theta_before"][:state.n_trainable])
-    ranks = next(p.ranks for p in cfg.parties if p.name == party)
-    batch = rank_batch(cfg, party) * ranks
-    found = invert_party_update(model, observed, batch, tuple(images.shape[1:]), steps=cfg.fed.K,
-                                lr=cfg.lr_at_round(view.round - 1), momentum=cfg.fed.local_momentum,
-                                scale=cfg.model.scale, margin=cfg.margin, iterations=options.iterations,
-                                restarts=options.restarts, data_range=(-1.0, 1.0), seed=options.seed)
-    scores = score_reconstructions(as_unit(found.images), as_unit(images.to(found.images.dtype)))
-    identity = identity_scores(cfg, received["theta_before"], images, identities, found.images, scores["assigned"],
-                               options.far)
-    identity["model"] = "Θ before the round" + (" (the run's start)" if view.round == 1 else
-                                                " (it saw the party's data in earlier rounds)")
-    picture = {"reconstructions.png": lambda path: write_png(
-        path, as_unit(found.images), as_unit(images[torch.as_tensor(scores["assigned"])]),
-        f"{view.run.name}, round {view.round}, {party}")}
-    dp = ", central DP" if received["dp"] else ""
-    return {"upload": party, "setting": f"silo party, {received['algorithm']}, K={cfg.fed.K}{dp}",
-            "received": "each party's upload in the clear" + (" (central DP noises only the server's result)"
-                                                              if received["dp"] else ""),
-            "attack": f"Inverting Gradients' FedAvg variant on {batch} images, the party's classifier unknown",
-            "reconstruction": {"count": batch, "iterations": options.iterations, "restarts": options.restarts,
-                          "objective": found.objective, "assigned": scores["assigned"], "psnr": scores["psnr"],
-                          "psnr_mean": float(np.mean(scores["psnr"])), "psnr_best": float(np.max(scores["psnr"])),
-                          "ssim": scores.get("ssim"),
-                          "ssim_mean": float(np.mean(scores["ssim"])) if "ssim" in scores else None},
-            "identity": identity}, picture
+    what = check_attackable(view, options)
+    result, (rebuilt, originals, who) = (run_clients(view, options, what == "cohort") if what in ("clients", "cohort")
+                                         else run_silo(view, options, what == "aggregate"))
+    result["identity"]["model"] = model_words(view.round)
+    dp = dp_of(view)
+    held = ("only the sum of the uploads (secure aggregation)" if view.received["secure"]
+            else "each upload in the clear")
+    noise = f"; the aggregate noised by {dp['dp']} DP, z = {dp['noise_multiplier']:g}" if dp["dp"] else ""
+    result.update({"target": what, "received": held + noise, **dp})
+    picture = {"reconstructions.png": lambda path: write_png(path, as_unit(rebuilt), as_unit(originals),
+                                                             f"{view.run.name}, round {view.round}, {who}")}
+    return result, picture
 
 
 def lines(result: dict) -> list[str]:
     """This attack's part of audit.md."""
     inv, ident = result["reconstruction"], result["identity"]
     return [f"What the server received: {result['received']}.", "",
-            f"Attacked: the upload of {result['upload']} ({result['setting']}); {result['attack']}.", "",
+            f"Attacked: {result['attacked']} ({result['setting']}); {result['attack']}.", "",
             "| measure | value |", "|---|---|",
             f"| reconstructions | {inv['count']} (iterations {inv['iterations']}, restarts {inv['restarts']}, "
             f"objective {inv['objective']:.4f}) |",
@@ -108,7 +130,13 @@ def lines(result: dict) -> list[str]:
             f"| SSIM, mean | {inv['ssim_mean']:.3f} |" if inv.get("ssim_mean") is not None else "| SSIM | images "
             "under 11 pixels a side |",
             f"| identity recovered at FAR {ident['far']:g} | {ident['recovered']:.3f} |",
-            f"| chance (other identities' real images) | {ident['chance']:.3f} |", "",
+            f"| chance (other identities' real images) | {ident['chance']:.3f} |",
+            *([f"| identity top-1 among the round's clients | {ident['top1']:.3f} (chance "
+               f"{ident['top1_chance']:.3f}) |",
+               f"| other clients' templates accepted against the reconstructions' | {ident['others_accepted']:.3f} |"]
+              if "top1" in ident else []),
+            f"| participants summed | {result['participants']} |",
+            f"| DP noise multiplier z | {result['noise_multiplier']} |" if result["dp"] else "| DP | none |", "",
             f"Evaluation model: {ident['model']}. Threshold {ident['threshold']:.4f}: {ident['pairs']}.", "",
             "![reconstructions beside their assigned originals](reconstructions.png)", ""]
 

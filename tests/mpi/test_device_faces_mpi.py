@@ -1,9 +1,9 @@
-"""Face clients across devices under mpirun (configs/faces_devices.yaml shrunk), one run per method: one identity
-per client, the positive-only loss on the device, each client's w_c kept by the server. From a random start every
-face's embedding points nearly one way (W's mean pairwise cosine about 0.9): positive-only FedAvg leaves the class
-embeddings there, FedAwS's spreadout and FedGC's correction (every other client's row a negative, s = 64) on the
-server move them apart (the log's `classes` table, per round); all evaluate Θ on the held-out pair sets as the
-silo runs do, the FedGC run the synthetic IJB-C too (eval.sets)."""
+"""Face clients across devices under mpirun (configs/faces_devices.yaml shrunk), one run per method (and one recorded
+round the privacy audit replays): one identity per client, the positive-only loss on the device, each client's w_c
+kept by the server. From a random start every face's embedding points nearly one way (W's mean pairwise cosine about
+0.9): positive-only FedAvg leaves the class embeddings there, FedAwS's spreadout and FedGC's correction (every other
+client's row a negative, s = 64) on the server move them apart (the log's `classes` table, per round); all evaluate
+Θ on the held-out pair sets as the silo runs do, the FedGC run the synthetic IJB-C too (eval.sets)."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,12 @@ TINY = ["clients.population=16", "clients.faces.identities=16", "clients.faces.i
         "data.val_pairs_per_fold=10"]
 METHODS = {"fedavg": ["fed.algorithm=fedavg", "fed.options={}"], "fedaws": ["fed.options.lr_scale=10"],
            "fedgc": ["fed.algorithm=fedgc", "fed.options={}", "eval.sets.ijbc=synthetic"],
-           "fedaws-round": ["fed.options.lr_scale=10", "fed.options.rows=round"], "readme": []}
+           "fedaws-round": ["fed.options.lr_scale=10", "fed.options.rows=round"], "readme": [],
+           # one round from the pretrained start, what its server received recorded for the privacy audit; every
+           # upload kept in the mean (the upload check only warns), so that Θ_after − Θ_before is the cohort's mean
+           "audited": ["fed.algorithm=fedavg", "fed.options={}", "clients.rounds=1", "eval.every=0",
+                       "model.init=docs/results/faces-devices-cpu/start/init.pth", "log.record_received=[1]",
+                       "fed.upload_check.action=warn"]}
 
 
 def readme_command() -> list[str]:
@@ -57,8 +62,13 @@ def launch(tmp_path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("faces"))
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("faces")
+
+
+@pytest.fixture(scope="module")
+def runs(folder):
+    return launch(folder)
 
 
 def test_positive_only_fedavg_draws_the_class_embeddings_together_and_fedaws_keeps_them_apart(runs):
@@ -142,3 +152,63 @@ def test_the_readmes_command_for_a_phone_per_person_trains(runs):
     lines = round_lines(stdout)
     assert len(lines) == 12 and all(f"loss clients {loss_text(x)}  " in line for x, line in zip(rounds["loss"][:, 0],
                                                                                                  lines))
+
+
+def simulated_from_the_truth(run, name: str) -> tuple:
+    """(the recorded upload θ_c − Θ of `name`, the audit's simulation of the client's round from its true images
+    and its true first w_c: the normalised sum of its unit features under the start, Θ of round 1)."""
+    import torch
+
+    from fedmpi.audit.client_update import client_plan, client_simulation
+    from fedmpi.audit.local_rules import local_step
+    from fedmpi.audit.run_view import client_images, model_at, open_round
+    from fedmpi.crossdevice.client_data import open_clients
+    from fedmpi.crossdevice.client_heads import client_head
+    from fedmpi.models.frozen_batch_norm import BatchNormMode
+
+    view = open_round(run, 1)
+    cfg, received, k = view.cfg, view.received, int(name.split()[-1])
+    theta, n = received["theta_before"], received["n_trainable"]
+    start, _ = model_at(cfg, theta)
+    first = client_head(cfg, start, open_clients(cfg)).first_rows(k, torch.zeros(1, cfg.model.embedding_size))
+    [(images, _)] = client_images(cfg, [k])
+    model, _ = model_at(cfg, theta)
+    BatchNormMode(model.train(), frozen=True).apply()
+    plan = client_plan(cfg.run.seed, cfg.clients.epochs, cfg.optim.batch_size, cfg.clients.augment, k, 0, len(images))
+    simulated = client_simulation(model, plan, len(images), cfg.lr_at_round(0), local_step(view, model, len(plan)),
+                                  cfg.clients.positive_margin, first)(images)
+    upload = received["uploads"][received["upload_names"].index(name), :n] - theta[:n]
+    return upload, torch.cat([s.detach().reshape(-1) for s in simulated])
+
+
+def test_the_audit_replays_a_device_clients_round_and_inverts_its_upload(runs, folder, tmp_path):
+    """The audit's simulation of a client's local training, from its true images and w_c, is the upload the
+    server recorded (float32's precision), and the n_c-weighted sum of the cohort's is Θ_after − Θ_before;
+    `tools.audit --client` inverts two clients' uploads apart, `--upload aggregate` the cohort's sum."""
+    import h5py
+    import torch
+
+    from tools.audit import main
+
+    run = folder / "audited"
+    with h5py.File(run / "received" / "round-1.h5") as f:
+        names = [str(n) for n in f.attrs["upload_names"]]
+        aggregate = torch.from_numpy(f["theta_after"][:] - f["theta_before"][:])
+    assert len(names) == 8
+    replayed = [simulated_from_the_truth(run, name) for name in names]
+    for name, (upload, simulated) in zip(names, replayed):
+        torch.testing.assert_close(simulated, upload, rtol=0, atol=1e-6, msg=name)
+    assert max(float(upload.abs().max()) for upload, _ in replayed) > 1e-3     # the pretrained start: clients learn
+    sizes = 8.0 * len(names)                                                   # 8 images a client
+    mean = sum(8.0 / sizes * simulated for _, simulated in replayed)
+    torch.testing.assert_close(mean, aggregate[:len(mean)], rtol=0, atol=1e-6)
+    clients = [int(n.split()[-1]) for n in names[:2]]
+    assert main([str(run), "--round", "1", "--client", *map(str, clients), "--iterations", "2",
+                 "--out", str(tmp_path / "two")]) == 0
+    result = json.loads((tmp_path / "two" / "audit.json").read_text())["inversion"]
+    assert result["target"] == "clients" and result["clients"] == clients and result["reconstruction"]["count"] == 16
+    assert sorted(result["identity"]["per_client"]) == sorted(map(str, clients)) and result["participants"] == 1
+    assert main([str(run), "--round", "1", "--upload", "aggregate", "--iterations", "2",
+                 "--out", str(tmp_path / "sum")]) == 0
+    result = json.loads((tmp_path / "sum" / "audit.json").read_text())["inversion"]
+    assert result["target"] == "cohort" and result["participants"] == 8 and result["reconstruction"]["count"] == 64

@@ -1,8 +1,9 @@
-"""The privacy audit end to end: a FedAvg run of two silo parties records what its server received in round 2
-(log.record_received, made in the session's one launch of shared runs), and `python -m tools.audit` attacks
-party b's upload from the command line: its report is written into its own folder, nothing else in the run's,
-with numbers in range; a round not recorded, an upload not in the round, missing ground-truth data and a setting
-it cannot attack are refused in one line."""
+"""The privacy audit end to end: a FedAvg run of two silo parties records what its server received in round 2, a
+run under secure aggregation with distributed DP its round 1 (log.record_received, both made in the session's one
+launch of shared runs), and `python -m tools.audit` attacks party b's upload from the command line, the plain
+run's aggregate and the secure run's sum in process: each report is written into its own folder, nothing else in
+the run's, with numbers in range and the participants summed and z named; a round not recorded, an upload not in
+the round, missing ground-truth data and a setting it cannot attack are refused in one line."""
 import json
 import re
 import subprocess
@@ -17,8 +18,15 @@ from shared_runs import declare
 from test_equivalence_mpi import K3, SMALL
 from fedmpi.audit.run_view import Refused
 from fedmpi.audit.update_audit import check_attackable
+from tools.audit import main
 
 RECORDED = declare("audit-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3, "log.record_received=[2]"])
+SECURE_DP = declare("audit-secagg-dp", [*SMALL, "fed.algorithm=fedavg", *K3, "fv.enabled=false",
+                                        "fed.secure_aggregation.mode=secagg",
+                                        "fed.secure_aggregation.clipping_range=64.0",
+                                        "fed.secure_aggregation.quantization_bits=30", "fed.dp.enabled=true",
+                                        "fed.dp.noise_multiplier=0.5", "fed.dp.clip=1000.0",
+                                        "log.record_received=[1]"])
 
 
 def audit(*args):
@@ -65,13 +73,50 @@ def test_bad_input_is_refused_in_one_line(shared_runs, tmp_path, args, message):
     assert not Path("/nonexistent").exists()      # the audit generates no data
 
 
+def inversion_in_process(run, out, *args) -> dict:
+    assert main([str(run), *map(str, args), "--iterations", "3", "--out", str(out)]) == 0
+    return json.loads((out / "audit.json").read_text())["inversion"]
+
+
+def test_the_sum_under_secure_aggregation_and_distributed_dp_is_attacked(shared_runs, tmp_path, capsys):
+    run = shared_runs[SECURE_DP]
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    result = inversion_in_process(run, tmp_path / "report", "--round", 1)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert result["target"] == "aggregate" and result["participants"] == 2
+    assert result["dp"] == "distributed" and result["noise_multiplier"] == 0.5
+    assert result["reconstruction"]["count"] == 24 and len(result["reconstruction"]["psnr"]) == 24   # 16 + 8
+    assert "only the sum of the uploads (secure aggregation)" in result["received"]
+    assert "| participants summed | 2 |" in (tmp_path / "report" / "audit.md").read_text()
+    assert main([str(run), "--round", "1", "--upload", "one", "--out", str(tmp_path / "no")]) == 2
+    assert not (tmp_path / "no").exists()
+    assert capsys.readouterr().err.strip() == ("audit: --upload one: under secure aggregation the server holds only "
+                                               "the sum of the round's 2 uploads (theta_after - theta_before): use "
+                                               "--upload aggregate")
+
+
+def test_a_plain_runs_aggregate_is_attacked_as_the_secure_runs_is(shared_runs, tmp_path):
+    result = inversion_in_process(shared_runs[RECORDED], tmp_path, "--round", 2, "--upload", "aggregate")
+    assert result["target"] == "aggregate" and result["participants"] == 2 and result["dp"] is None
+    assert result["received"] == "each upload in the clear" and result["reconstruction"]["count"] == 24
+
+
 def test_a_setting_the_audit_cannot_attack_is_named():
     from types import SimpleNamespace
 
-    silo = SimpleNamespace(cross_device=False)
-    with pytest.raises(Refused, match="under secure aggregation the server holds only the sum"):
-        check_attackable(silo, {"secure": True, "algorithm": "fedavg", "upload_names": []}, None)
-    with pytest.raises(Refused, match="fed.algorithm=pfm: the audit simulates the local SGD steps of fedavg only"):
-        check_attackable(silo, {"secure": False, "algorithm": "pfm", "upload_names": ["a"]}, None)
-    with pytest.raises(Refused, match="device clients are not attacked yet"):
-        check_attackable(SimpleNamespace(cross_device=True), {"secure": False}, None)
+    def view(cross_device, received):
+        return SimpleNamespace(cfg=SimpleNamespace(cross_device=cross_device), received=received, round=1)
+
+    with pytest.raises(Refused, match=r"^--upload one: under secure aggregation the server holds only the sum"):
+        check_attackable(view(False, {"secure": True, "upload_names": ["a", "b"]}), SimpleNamespace(upload="one"))
+    assert check_attackable(view(True, {"secure": True}), SimpleNamespace(upload=None)) == "cohort"
+    with pytest.raises(Refused, match=r"^--party a: the run's participants are device clients \(name them by "
+                                      r"--client\)$"):
+        check_attackable(view(True, {"secure": False}), SimpleNamespace(upload=None, party="a"))
+    with pytest.raises(Refused, match=r"^--client 3: the run's participants are silo parties \(name them by "
+                                      r"--party\)$"):
+        check_attackable(view(False, {"secure": False}), SimpleNamespace(upload=None, client=[3]))
+    with pytest.raises(Refused, match=r"^round 1's recording holds no client's upload$"):
+        check_attackable(view(True, {"secure": False}), SimpleNamespace(upload="one"))
+    assert check_attackable(view(False, {"secure": True}), SimpleNamespace(upload=None)) == "aggregate"
+    assert check_attackable(view(True, {"secure": False, "uploads": 0}), SimpleNamespace(upload=None)) == "clients"

@@ -1,0 +1,62 @@
+"""Identity scoring of reconstructions, what matters for faces (spec §3.2): embeddings under the evaluation model
+(Θ before the round) against the true identity's template (the mean unit embedding of its real images), accepted
+above the threshold of --far on every pair of the participants' real images; chance is the same acceptance of
+other identities' real images (or templates)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .run_view import embed, model_at
+from .scoring import identity_recovered, identity_recovery, templates, threshold_at_far, unit
+
+
+def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images, assigned, far: float) -> dict:
+    """Identity recovered at `far` per reconstruction, against chance (other identities' real images)."""
+    evaluation, _ = model_at(cfg, theta)
+    real = embed(evaluation, images.to(theta.dtype))
+    rebuilt = embed(evaluation, rebuilt_images)
+    cos = (unit(real) @ unit(real).T).numpy()
+    upper = np.triu_indices(len(real), 1)
+    threshold = threshold_at_far(cos[upper], (identities[:, None] == identities[None])[upper], far)
+    template = templates(real, identities)
+    per_image = [identity_recovery(rebuilt[i:i + 1], real[identities != identities[j]], template[identities[j]],
+                                   threshold)
+                 for i, j in enumerate(assigned)]
+    return {"far": far, "threshold": threshold, "recovered": float(np.mean([p["recovered"] for p in per_image])),
+            "chance": float(np.mean([p["chance"] for p in per_image])),
+            "pairs": f"every pair of the participants' {len(real)} real images under it"}
+
+
+def one_client(rebuilt: torch.Tensor, k, template: dict, threshold: float) -> dict:
+    """Client k's identity from its reconstructions' embeddings `rebuilt`: their template accepted against k's
+    (recovered), k's the closest of the round's templates (top-1), the other clients' templates accepted against
+    it (a reconstruction that matches every identity recovers none), and chance: the others' real templates
+    accepted against k's."""
+    mine = templates(rebuilt, np.zeros(len(rebuilt)))[0.0]
+    names = list(template)
+    others = torch.stack([template[j] for j in names if j != k])
+    closest = names[int(np.argmax([float(unit(mine) @ template[j]) for j in names]))]
+    return {"recovered": bool(identity_recovered(mine, template[k], threshold)),
+            "top1": bool(closest == k),
+            "images_recovered": float(identity_recovered(rebuilt, template[k], threshold).mean()),
+            "others_accepted": float(identity_recovered(others, mine, threshold).mean()),
+            "chance": float(identity_recovered(others, template[k], threshold).mean())}
+
+
+def client_identity(cfg, theta, pool: dict, rebuilt: dict, far: float) -> dict:
+    """Per attacked client: its identity recovered from its reconstructions, against chance (one_client); the
+    threshold at `far` on every pair of the round's clients' real images, top-1 among their templates."""
+    evaluation, _ = model_at(cfg, theta)
+    real = {k: embed(evaluation, x.to(theta.dtype)) for k, x in pool.items()}
+    everyone = torch.cat(list(real.values()))
+    owner = np.concatenate([[k] * len(e) for k, e in real.items()])
+    cos = (unit(everyone) @ unit(everyone).T).numpy()
+    upper = np.triu_indices(len(everyone), 1)
+    threshold = threshold_at_far(cos[upper], (owner[:, None] == owner[None])[upper], far)
+    template = templates(everyone, owner)
+    per_client = {k: one_client(embed(evaluation, x), k, template, threshold) for k, x in rebuilt.items()}
+    mean = {key: float(np.mean([c[key] for c in per_client.values()]))
+            for key in ("recovered", "top1", "images_recovered", "others_accepted", "chance")}
+    return {"far": far, "threshold": threshold, "per_client": per_client, **mean, "top1_chance": 1.0 / len(real),
+            "pairs": f"every pair of the real images of the round's {len(real)} clients under it"}
