@@ -75,3 +75,18 @@ def test_the_first_failing_run_ends_the_launch_with_its_status_and_releases_the_
 @pytest.mark.parametrize("out", ["", "no run started\n"])
 def test_an_output_without_a_run_names_none(out):
     assert last_run(out) == ""
+
+
+def test_the_faces_devices_study_names_the_device_run_that_failed_in_its_launch(tmp_path, monkeypatch):
+    import subprocess
+
+    import jobs.faces_devices_study as study
+
+    printed = f"{MARK}--config c log.name=fedavg-seed0 x=1\nround 2/2\n{MARK}--config c log.name=fedaws-fedfr-seed0\n"
+    launches = []
+    monkeypatch.setattr(study, "mpirun", lambda n, argv, **kw: launches.append((n, argv[:2])) or
+                        subprocess.CompletedProcess(argv, 1, printed, "rank 1: error\n"))
+    names = [("fedavg", 0), ("fedaws-fedfr", 0)]
+    with pytest.raises(SystemExit, match=r"^fedaws-fedfr-seed0 failed \(exit 1\):\n"):
+        study.device_runs(tmp_path, study.SCALES["tiny"], tmp_path / "init.pth", names, None)
+    assert launches == [(3, ["-m", "jobs.one_launch"])]
