@@ -26,6 +26,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from fedmpi.protocols.fixtures import IJB_FOLDERS
 from fedmpi.analysis.faces_devices_results import IJB, IJB_FAR, start_summary, summary
 from jobs.local import LockHolder
 from jobs.mpirun import mpirun
+from jobs.one_launch import last_run
 
 MODEL = ["model.backbone=ir18", "model.width=0.25", "model.embedding_size=128", "data.image_size=32",
          "data.workers=0", "run.device=cpu"]
@@ -106,20 +108,31 @@ def run_log(folder: Path, name: str, seed: int) -> Path:
     return folder / "runs" / f"{name}-seed{seed}" / "log.h5"
 
 
-def device_run(folder: Path, s: dict, start: Path, name: str, seed: int, lock: str | None) -> Path:
-    run = f"{name}-seed{seed}"
-    if not run_log(folder, name, seed).is_file():
-        M, album = s["clients"], METHODS[name][2]
-        launch(3, ["--config", "configs/faces_devices.yaml", *MODEL, f"model.init={start}",
-                   f"clients.population={M // album}", f"clients.faces.identities={M}",
-                   f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
-                   f"clients.fraction={s['fraction']}", f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}",
-                   f"eval.every={s['rounds']}", f"eval.sets.{IJB}=synthetic", f"run.seed={seed}",
-                   f"data.val_pairs_per_fold={s['pairs']}",
-                   f"clients.sampler_seed={seed}",
-                   f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={run}",
-                   *METHODS[name][1]], lock, run)     # the method's overrides last: they win
-    return run_log(folder, name, seed)
+def device_args(folder: Path, s: dict, start: Path, name: str, seed: int) -> list[str]:
+    """fedmpi.run's arguments for method `name` at `seed`."""
+    M, album = s["clients"], METHODS[name][2]
+    return ["--config", "configs/faces_devices.yaml", *MODEL, f"model.init={start}",
+            f"clients.population={M // album}", f"clients.faces.identities={M}",
+            f"clients.faces.images_per_identity={s['images']}", f"clients.rounds={s['rounds']}",
+            f"clients.fraction={s['fraction']}", f"clients.epochs={s['epochs']}", f"optim.lr={s['lr']}",
+            f"eval.every={s['rounds']}", f"eval.sets.{IJB}=synthetic", f"run.seed={seed}",
+            f"data.val_pairs_per_fold={s['pairs']}", f"clients.sampler_seed={seed}", f"data.root={folder / 'data'}", f"log.dir={folder / 'runs'}", f"log.name={name}-seed{seed}",
+            *METHODS[name][1]]     # the method's overrides last: they win
+
+
+def device_runs(folder: Path, s: dict, start: Path, names: list[tuple[str, int]], lock: str | None) -> None:
+    """The runs of `names` (method, seed) not already in the folder, one after the other in one launch of 3 ranks
+    (jobs/one_launch.py: one start-up of torch and MPI for all; each run holds `lock` only while it runs)."""
+    plan = [device_args(folder, s, start, n, seed) for n, seed in names if not run_log(folder, n, seed).is_file()]
+    if not plan:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "plan.json").write_text(json.dumps(plan))
+        out = mpirun(3, ["-m", "jobs.one_launch", str(Path(tmp) / "plan.json"), *(["--lock", lock] if lock else [])],
+                     timeout=3600 * len(plan))
+    if out.returncode != 0:
+        run = last_run(out.stdout).rpartition("log.name=")[2].partition(" ")[0] or "the device runs' launch"
+        sys.exit(f"{run} failed (exit {out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
 
 
 def evaluate_start(folder: Path, start: Path) -> Path:
@@ -222,7 +235,8 @@ def main(argv=None) -> int:
         (out / "report.md").write_text(report(results, start_summary(folder / "start" / "eval"), s))
         return 0
     start = pretrain(folder, s, args.lock)
-    results = {(name, seed): summary(device_run(folder, s, start, name, seed, args.lock)) for name, seed in names}
+    device_runs(folder, s, start, names, args.lock)
+    results = {(n, seed): summary(run_log(folder, n, seed)) for n, seed in names}
     start_numbers = start_summary(evaluate_start(folder, start))
     (folder / "report.md").write_text(report(results, start_numbers, s))
     (folder / "results.json").write_text(json.dumps({"start": start_numbers,

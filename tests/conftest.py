@@ -95,23 +95,26 @@ def pytest_collection_modifyitems(config, items):
 # A worker takes the next group from one queue in collection order (the Makefile turns off xdist's own order, by the
 # number of tests in a group): the groups that take longest start first, so that the suite does not end with one
 # worker still in a long group while the others idle. An entry names a group or the start of its name (a test's
-# node id); worker-seconds from `make test PYTEST_ARGS=--durations=25` on 2 cores, 3 workers; every other group comes
-# after these, in collection order.
+# node id); worker-seconds from `make test PYTEST_ARGS=--durations=80` on 2 cores, 3 workers (the test's own share
+# of the loaded cores, not its time alone); every other group comes after these, in collection order.
 LONGEST_FIRST = (
-    "tests/mpi/test_failures.py::reference+victim",                      # ~310: ~30 launches, most refused on purpose
-    "tests/mpi/test_relayout_runs.py::runs",                             # ~280: three launches, each resumed on other rank counts
     "slurm-cluster",                                                     # ~580: the local cluster, then the bed
+    "tests/mpi/test_failures.py::reference+victim",                      # ~310: ~30 launches, most refused on purpose
+    "tests/mpi/test_relayout_runs.py::runs",                             # 228: three launches, each resumed on other rank counts
     "shared-runs",                                                       # ~240
-    "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",          # 155
-    "tests/mpi/test_faces_devices_study.py",                             # ~150: ten launches at the tiny scale
-    "tests/mpi/test_protocols_e2e.py::trained_run",                      # 134
-    "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",         # 127: two 10-round runs
-    "tests/mpi/test_reproduce.py::tiny",                                 # 120
-    "tests/mpi/test_device_faces_mpi.py::runs",                          # ~100: five runs in one launch
-    "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",            # 95: two FV launches
-    "tests/mpi/test_device_albums_mpi.py::albums",                       # 85
-    "tests/mpi/test_run_e2e.py::test_demo_layout",                       # 52
-    "tests/mpi/test_run_e2e.py::test_17_rank",                           # 50
+    "tests/mpi/test_device_albums_mpi.py::albums",                       # 146: a run and its resume in one launch
+    "tests/mpi/test_faces_devices_study.py",                             # ~145: the pretraining, the device runs in one launch
+    "tests/mpi/test_device_faces_mpi.py::runs",                          # 141: five runs in one launch
+    "tests/mpi/test_checkpoint.py::reference",                           # 106: SIGTERM / SIGUSR1 and bitwise resumes
+    "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",         # 78: two 10-round runs
+    "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",            # 77: two FV launches
+    "tests/mpi/test_crossdevice_mpi.py::test_reduction_equals",          # 75
+    "tests/mpi/test_reproduce.py::tiny",                                 # 71
+    "tests/mpi/test_protocols_e2e.py::trained_run",                      # 54
+    "tests/mpi/test_bad_records.py::broken_rec",                         # 49
+    "tests/mpi/test_run_e2e.py::test_17_rank",                           # 45
+    "tests/mpi/test_toy_summary_mpi.py::test_a_summary_part",            # 44
+    "tests/mpi/test_run_e2e.py::test_demo_layout",                       # 36
 )
 
 

@@ -2,8 +2,10 @@
 round, 1 server + 2 trainer ranks): every sampled client releases its DP cluster on the device, the server relays
 the round's clusters to the next cohort (the log's `classes` table counts them), the bytes a real device sends are
 θ and its cluster, and a run resumed from a checkpoint (the pool restored on the server and on every trainer rank)
-ends with the same Θ bit for bit."""
+ends with the same Θ bit for bit (the run and its resume in one launch, jobs/one_launch.py)."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 
 from fedmpi.store.h5log import LogReader
 from jobs.mpirun import mpirun
+from jobs.one_launch import MARK
 
 CONFIG = "configs/faces_albums.yaml"
 # κ = 0, ε₁ = ε₂ = 10: a candidate with rows of the album in its cone is chosen and its noisy count
@@ -23,18 +26,21 @@ TINY = ["clients.population=8", "clients.faces.identities=32", "clients.faces.im
 
 @pytest.fixture(scope="module")
 def albums(tmp_path_factory):
+    """The run and its resume from the checkpoint after round 2 (into its own folder), in one launch."""
     tmp = tmp_path_factory.mktemp("albums")
-    common = ["-m", "fedmpi.run", "--config", CONFIG, *TINY, f"data.root={tmp / 'data'}", f"log.dir={tmp}",
-              "log.name=albums"]
-    out = mpirun(3, [*common, f"run.save_final={tmp / 'final.pt'}"], timeout=500)
+    common = ["--config", CONFIG, *TINY, f"data.root={tmp / 'data'}", f"log.dir={tmp}"]
+    plan = [[*common, "log.name=albums", f"run.save_final={tmp / 'final.pt'}"],
+            [*common, "log.name=resumed", "--resume", str(tmp / "albums" / "ckpt" / "round_000002"),
+             f"run.save_final={tmp / 'resumed.pt'}"]]
+    (tmp / "plan.json").write_text(json.dumps(plan))
+    out = mpirun(3, ["-m", "jobs.one_launch", str(tmp / "plan.json")], timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    printed = out.stdout.split(MARK)[1:]
+    assert len(printed) == 2, out.stdout[-2000:]
     with LogReader(tmp / "albums" / "log.h5") as log:
         tables = log.table("classes"), log.table("rounds")
-    resumed = mpirun(3, [*common, "--resume", str(tmp / "albums" / "ckpt" / "round_000002"),
-                         f"run.save_final={tmp / 'resumed.pt'}"], timeout=500)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    return out.stdout, *tables, torch.load(tmp / "final.pt")["theta"], torch.load(tmp / "resumed.pt")["theta"], \
-        resumed.stdout
+    return printed[0], *tables, torch.load(tmp / "final.pt")["theta"], torch.load(tmp / "resumed.pt")["theta"], \
+        printed[1]
 
 
 def test_every_sampled_client_releases_a_cluster_which_the_server_relays_to_the_next_cohort(albums):

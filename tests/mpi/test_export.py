@@ -54,16 +54,27 @@ def test_the_exported_state_dict_loads_into_iresnet_and_gives_the_run_s_embeddin
         assert torch.equal(model(images), final_model(reference)(images))
 
 
-def test_a_run_folder_exports_its_newest_complete_checkpoint(reference, tmp_path):
-    result = export(str(reference.folder), "--out", str(tmp_path / "m.pth"))
-    assert result.returncode == 0, result.stderr
-    assert "round_000006" in result.stdout
+def export_here(capsys, *args: str) -> tuple[int, str, str]:
+    """tools.export's main in this process: its status (the command's exit status), output and error output (the
+    command's own process runs in the tests beside; each start pays an import of torch)."""
+    from tools.export import main
+
+    capsys.readouterr()
+    status = main(list(args))
+    printed = capsys.readouterr()
+    return status, printed.out, printed.err
 
 
-def test_exporting_a_missing_checkpoint_is_a_one_line_error(tmp_path):
-    result = export(str(tmp_path / "nowhere"), "--out", str(tmp_path / "m.pth"))
-    assert result.returncode == 1
-    assert result.stderr.strip() == f"error: {tmp_path / 'nowhere'}: no such checkpoint folder"
+def test_a_run_folder_exports_its_newest_complete_checkpoint(reference, tmp_path, capsys):
+    status, out, err = export_here(capsys, str(reference.folder), "--out", str(tmp_path / "m.pth"))
+    assert status == 0, err
+    assert "round_000006" in out
+
+
+def test_exporting_a_missing_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    status, _, err = export_here(capsys, str(tmp_path / "nowhere"), "--out", str(tmp_path / "m.pth"))
+    assert status == 1
+    assert err.strip() == f"error: {tmp_path / 'nowhere'}: no such checkpoint folder"
     assert not (tmp_path / "m.pth").exists()
 
 

@@ -89,15 +89,27 @@ def old_format(folder, copy):
     (copy / "manifest.json").write_text(json.dumps(manifest))
 
 
-def reshard(source, out, overrides: list[str]) -> str:
-    """`python -m tools.reshard SOURCE --layout CONFIG OVERRIDES --out OUT` (the config: the defaults); its output."""
+def reshard_args(source, out, overrides: list[str]) -> list[str]:
+    """tools.reshard's arguments `SOURCE --layout CONFIG OVERRIDES --out OUT` (the config: the defaults)."""
     config = out.parent / f"{out.name}.yaml"
     config.write_text("{}\n")
-    done = subprocess.run([sys.executable, "-m", "tools.reshard", str(source), "--layout", str(config), *overrides,
-                           "--out", str(out)], check=False, capture_output=True, text=True, timeout=120,
-                          env=mpi_env(), cwd=ROOT)
+    return [str(source), "--layout", str(config), *overrides, "--out", str(out)]
+
+
+def reshard(source, out, overrides: list[str]) -> str:
+    """`python -m tools.reshard` (the command, in its own process); its output."""
+    done = subprocess.run([sys.executable, "-m", "tools.reshard", *reshard_args(source, out, overrides)],
+                          check=False, capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def in_process(main, argv: list[str], capsys) -> str:
+    """A tool's main(argv) in this process (the commands' own processes run in the fixture and in test_export.py:
+    each start pays an import of torch); its output."""
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    return capsys.readouterr().out.strip()
 
 
 def _from(base, run: str) -> list[str]:
@@ -205,14 +217,19 @@ def test_an_old_format_checkpoint_resumes_on_its_own_layout_bit_for_bit(runs):
     assert theta(runs, "old-resumed").equal(theta(runs, "one-fedavgm"))
 
 
-def test_offline_reshard_and_export_write_the_split_and_the_merged_classifier(runs, tmp_path):
+def test_offline_reshard_and_export_write_the_split_and_the_merged_classifier(runs, tmp_path, capsys):
     """`python -m tools.reshard` re-splits party ms1m's 2 shards for 1 rank (and back), bit for bit; `fedmpi-export
     --classifier` writes the concatenation of the shards as one PartialFC state_dict."""
+    from tools.export import main as export
+    from tools.reshard import main as reshard_main
+
     source = runs / "two-scaffold" / "ckpt" / "round_000002"
     one, back = tmp_path / "one", tmp_path / "back"
     overrides = [*TWO, *COMMON, *RULES["scaffold"]]
-    assert reshard(source, one, [*overrides, *ONE]) == f"{one}: ms1m 2 -> 1 ranks; resume with --resume {one}"
-    assert reshard(one, back, overrides) == f"{back}: ms1m 1 -> 2 ranks; resume with --resume {back}"
+    assert in_process(reshard_main, reshard_args(source, one, [*overrides, *ONE]), capsys) == \
+        f"{one}: ms1m 2 -> 1 ranks; resume with --resume {one}"
+    assert in_process(reshard_main, reshard_args(one, back, overrides), capsys) == \
+        f"{back}: ms1m 1 -> 2 ranks; resume with --resume {back}"
     shards = [read_part(source / f"party-ms1m-{k}.h5") for k in range(2)]
     merged = read_part(one / "party-ms1m-0.h5")
     assert merged["classifier"]["weight"].equal(torch.cat([p["classifier"]["weight"] for p in shards]))
@@ -222,11 +239,8 @@ def test_offline_reshard_and_export_write_the_split_and_the_merged_classifier(ru
         assert again["classifier"]["weight"].equal(shards[k]["classifier"]["weight"])
         assert again["classifier_optimizer"]["state"][0]["momentum_buffer"].equal(
             shards[k]["classifier_optimizer"]["state"][0]["momentum_buffer"])
-    done = subprocess.run([sys.executable, "-m", "tools.export", str(source), "--out", str(tmp_path / "m.pth"),
-                           "--classifier", "ms1m"], check=False, capture_output=True, text=True, timeout=120,
-                          env=mpi_env(), cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert "ms1m_fc.pt: party ms1m's classifier, 9 classes x 16, merged from 2 shards" in done.stdout
+    printed = in_process(export, [str(source), "--out", str(tmp_path / "m.pth"), "--classifier", "ms1m"], capsys)
+    assert "ms1m_fc.pt: party ms1m's classifier, 9 classes x 16, merged from 2 shards" in printed
     exported = torch.load(tmp_path / "ms1m_fc.pt", weights_only=True)
     assert list(exported) == ["weight"]
     assert exported["weight"].equal(torch.cat([p["classifier"]["weight"] for p in shards]).float())
