@@ -37,8 +37,8 @@ def parse_args(argv=None):
     parser.add_argument("--upload", choices=["one", "aggregate"],
                         help="inversion: one participant's upload, or the round's aggregate theta_after - "
                              "theta_before (default: one; aggregate under secure aggregation)")
-    parser.add_argument("--client", type=int, nargs="+", help="inversion: the device clients to attack "
-                                                                 "(default: the round's first upload)")
+    parser.add_argument("--client", nargs="+", help="inversion: the device clients to attack, or all "
+                                                    "(default: the round's first upload)")
     parser.add_argument("--out", type=Path, help="the report's folder (default RUN/audit-rR)")
     parser.add_argument("--iterations", type=int, default=500, help="optimisation steps per restart")
     parser.add_argument("--restarts", type=int, default=1)

@@ -45,31 +45,31 @@ def cells(results: dict) -> dict:
     return out
 
 
-def read_setting(run: Path, audits: list[Path]) -> dict:
-    merged = {}
-    for out in audits:
-        report = json.loads((out / "audit.json").read_text())
-        merged.update({k: v for k, v in report.items() if isinstance(v, dict)})
-    return {"cells": cells(merged), **utility(run), "pictures": [out / "reconstructions.png" for out in audits
-                                                                 if (out / "reconstructions.png").is_file()],
-            "received": next((r["received"] for r in merged.values() if "received" in r), "")}
+def read_audit(run: Path, out: Path) -> dict:
+    """One row: an audit's headline numbers, what the server received and what was attacked, the run's utility."""
+    report = {k: v for k, v in json.loads((out / "audit.json").read_text()).items() if isinstance(v, dict)}
+    first = next(iter(report.values()), {})
+    return {"cells": cells(report), **utility(run), "received": first.get("received", ""),
+            "attacked": first.get("upload", ""),
+            "pictures": [p for p in (out / "reconstructions.png",) if p.is_file()]}
 
 
 def table(rows: dict) -> list[str]:
     headings = list(dict.fromkeys(h for row in rows.values() for h in row["cells"]))
-    lines = ["| setting | what the server received | " + " | ".join(headings) + " | held-out accuracy (%) | ε |",
-             "|---" * (len(headings) + 4) + "|"]
+    lines = ["| setting | what the server received | attacked | " + " | ".join(headings)
+             + " | held-out accuracy (%) | ε |", "|---" * (len(headings) + 5) + "|"]
     for label, row in rows.items():
         accuracy = "—" if row["accuracy"] is None else f"{100 * row['accuracy']:.2f}"
         epsilon = "—" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
-        lines.append(f"| {label} | {row['received']} | " + " | ".join(row["cells"].get(h, "—") for h in headings)
+        lines.append(f"| {label} | {row['received']} | {row['attacked']} | " + " | ".join(row["cells"].get(h, "—") for h in headings)
                      + f" | {accuracy} | {epsilon} |")
     return lines
 
 
 def write_report(folder: Path, settings: dict, scale: dict) -> None:
     """folder/report.md from {key: (Setting, run folder, [audit folders])}."""
-    rows = {setting.label: read_setting(run, audits) for setting, run, audits in settings.values()}
+    rows = {(f"{setting.label}" + (f" ({n + 1})" if len(audits) > 1 else "")): read_audit(run, out)
+            for setting, run, audits in settings.values() for n, out in enumerate(audits)}
     lines = [f"# What the server learns, measured (`make privacy-audit-cpu`: {len(rows)} settings, the audited "
              f"round the first, the attack's {scale['iterations']} optimisation steps)", "",
              "## The reconstructions beside their originals", ""]

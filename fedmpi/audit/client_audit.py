@@ -18,7 +18,8 @@ from .scoring import score_reconstructions
 
 
 def attacked_clients(view, clients) -> list[int]:
-    """The clients to attack (the round's first upload by default), or Refused naming why not."""
+    """The clients to attack (the round's first upload by default, every upload for ["all"]), or Refused naming
+    why not."""
     cfg = view.cfg
     if not cfg.clients.face_clients:
         raise Refused(f"clients.dataset={cfg.clients.dataset}: the update inversion attacks face clients only "
@@ -27,6 +28,11 @@ def attacked_clients(view, clients) -> list[int]:
         raise Refused(f"clients.identities_per_client={cfg.clients.identities_per_client}: an album's images "
                       f"belong to rows the server cannot tell apart; the inversion attacks one identity per phone")
     held = held_clients(view)
+    if list(clients or []) == ["all"]:
+        return held
+    bad = [c for c in clients or [] if not str(c).isdigit()]
+    if bad:
+        raise Refused(f"--client {bad[0]}: name a client by its number, or all")
     clients = held[:1] if not clients else [int(c) for c in clients]
     absent = [c for c in clients if c not in held]
     if absent:

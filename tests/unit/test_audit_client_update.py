@@ -3,6 +3,7 @@ from the client's true images and its true w_c it gives the upload the device tr
 (crossdevice/local_training.py) to float precision, with flips, several local steps, momentum and weight decay."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fedmpi.audit.client_update import client_plan, client_simulation
@@ -52,3 +53,20 @@ def test_the_simulated_client_update_is_the_trainers_upload(tmp_path):
         images.to(torch.float64))
     torch.testing.assert_close(torch.cat([s.reshape(-1) for s in simulated]), upload, rtol=1e-9, atol=1e-12)
     assert upload.abs().max() > 1e-4
+
+
+def test_the_clients_to_attack_are_named_by_number_or_all():
+    from types import SimpleNamespace
+
+    from fedmpi.audit.client_audit import attacked_clients
+    from fedmpi.audit.run_view import Refused
+
+    view = SimpleNamespace(cfg=SimpleNamespace(clients=SimpleNamespace(face_clients=True, identities_per_client=1)),
+                           received={"upload_names": ["client 3", "client 5"]}, round=1)
+    assert attacked_clients(view, None) == [3]
+    assert attacked_clients(view, ["all"]) == [3, 5]
+    assert attacked_clients(view, ["5"]) == [5]
+    with pytest.raises(Refused, match=r"^--client x: name a client by its number, or all$"):
+        attacked_clients(view, ["x"])
+    with pytest.raises(Refused, match=r"^--client 4: round 1 holds the uploads of clients 3, 5$"):
+        attacked_clients(view, ["4"])

@@ -32,10 +32,10 @@ def test_the_table_reads_each_attacks_headline_and_dashes_what_did_not_run():
     inversion = {"reconstruction": {"count": 4, "psnr_mean": 12.345}, "identity": {"recovered": 0.75,
                                                                                     "chance": 0.125}}
     row = {"cells": cells({"inversion": inversion, "unknown": {}}), "accuracy": 0.9, "epsilon": None,
-           "received": "the sum"}
+           "received": "the sum", "attacked": "aggregate"}
     assert row["cells"] == {"images behind what was attacked": "4", "PSNR (dB)": "12.35",
                             "identity recovered (chance)": "0.750 (0.125)"}
-    other = {"cells": {}, "accuracy": None, "epsilon": 2.5, "received": "x"}
+    other = {"cells": {}, "accuracy": None, "epsilon": 2.5, "received": "x", "attacked": "p0"}
     lines = table({"A": row, "B": other})
-    assert lines[2] == "| A | the sum | 4 | 12.35 | 0.750 (0.125) | 90.00 | — |"
-    assert lines[3] == "| B | x | — | — | — | — | 2.5 |"
+    assert lines[2] == "| A | the sum | aggregate | 4 | 12.35 | 0.750 (0.125) | 90.00 | — |"
+    assert lines[3] == "| B | x | p0 | — | — | — | — | 2.5 |"
