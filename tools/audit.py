@@ -42,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", type=Path, help="the report's folder (default RUN/audit-rR)")
     parser.add_argument("--iterations", type=int, default=500, help="optimisation steps per restart")
     parser.add_argument("--restarts", type=int, default=1)
+    parser.add_argument("--tv", type=float, default=1e-4, help="inversion: the weight α of the total-variation "
+                                                              "prior beside the cosine distance (Geiping et al.)")
     parser.add_argument("--far", type=float, default=0.01, help="the FAR of the identity threshold")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", help="where the run's data is now (default: the run's data.root)")

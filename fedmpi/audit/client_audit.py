@@ -58,7 +58,8 @@ def invert_clients(view, observed: torch.Tensor, clients: list, pool: dict, weig
     found = invert_cohort_update(model, as_parameters(model, observed), plans, [len(pool[k]) for k in clients],
                                  weights, tuple(pool[clients[0]].shape[1:]), cfg.model.embedding_size,
                                  lr=cfg.lr_at_round(view.round - 1), steps=steps, nu=cfg.clients.positive_margin,
-                                 iterations=options.iterations, restarts=options.restarts, seed=options.seed)
+                                 iterations=options.iterations, restarts=options.restarts, seed=options.seed,
+                                 tv=options.tv)
     return found, [len(plan) for plan in plans], steps[0].words
 
 

@@ -80,5 +80,6 @@ def invert_silo(view, target: Target, options):
                                 tuple(target.images.shape[1:]), steps=cfg.fed.K, lr=cfg.lr_at_round(view.round - 1),
                                 momentum=step.momentum, weight_decay=step.weight_decay, correct=step.correct,
                                 scale=cfg.model.scale, margin=cfg.margin, iterations=options.iterations,
-                                restarts=options.restarts, data_range=(-1.0, 1.0), seed=options.seed)
+                                restarts=options.restarts, data_range=(-1.0, 1.0), seed=options.seed,
+                                tv=options.tv)
     return found, step.words
