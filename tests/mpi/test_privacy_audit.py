@@ -2,7 +2,9 @@
 (log.record_received, made in the session's one launch of shared runs), and `python -m tools.audit` attacks
 party b's upload from the command line: its report is written into its own folder, nothing else in the run's,
 with numbers in range; a round not recorded, an upload not in the round, missing ground-truth data and a setting
-it cannot attack are refused in one line."""
+it cannot attack are refused in one line. A FedAwS run of face clients (one identity a phone) records round 1:
+the class rows of its clients re-identify their owners well above chance, and membership sets the clients
+sampled against those never sampled; the silo FedAvg run is refused both, naming what it uploads."""
 import json
 import re
 import subprocess
@@ -17,8 +19,15 @@ from shared_runs import declare
 from test_equivalence_mpi import K3, SMALL
 from fedmpi.audit.run_view import Refused
 from fedmpi.audit.update_audit import check_attackable
+from fedmpi.store.log_reader import LogReader
+from tools.audit import main as audit_in_process
 
 RECORDED = declare("audit-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3, "log.record_received=[2]"])
+# 16 one-identity phones, 8 a round on 3 trainer ranks (the shared launch's world of 4)
+PHONES = declare("audit-fedaws-phones", [
+    "--config", "configs/faces_devices.yaml", "clients.population=16", "clients.faces.identities=16",
+    "clients.faces.images_per_identity=8", "clients.fraction=0.5", "clients.rounds=2", "clients.ranks=3",
+    "eval.every=0", "optim.lr=0.1", "run.device=cpu", "fed.options.lr_scale=10", "log.record_received=[1]"])
 
 
 def audit(*args):
@@ -75,3 +84,36 @@ def test_a_setting_the_audit_cannot_attack_is_named():
         check_attackable(silo, {"secure": False, "algorithm": "pfm", "upload_names": ["a"]}, None)
     with pytest.raises(Refused, match="device clients are not attacked yet"):
         check_attackable(SimpleNamespace(cross_device=True), {"secure": False}, None)
+
+
+def test_fedaws_rows_across_devices_reidentify_their_owners(shared_runs, tmp_path, capsys):
+    run = shared_runs[PHONES]
+    with LogReader(run / "log.h5") as log:
+        sampled = log.table("clients")["ids"][0]
+    with h5py.File(run / "received" / "round-1.h5") as f:
+        assert sorted(f["class_row_sender"][:]) == sorted(sampled) and f["class_rows"].shape == (8, 128)
+        assert f["class_row_label"][:].tolist() == [0] * 8
+    assert audit_in_process([str(run), "--round", "1", "--attack", "templates", "membership",
+                             "--out", str(tmp_path / "report")]) == 0
+    report = json.loads((tmp_path / "report" / "audit.json").read_text())
+    templates, membership = report["templates"], report["membership"]
+    assert templates["rows"] == 8 and templates["gallery"] == 16 and templates["chance"] == 1 / 16
+    assert templates["top1"] >= 0.75 and templates["at_threshold"] >= 0.5
+    assert membership["members"] == membership["nonmembers"] == 8 and 0 <= membership["auc"] <= 1
+    assert membership["dp"] == {}
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["audit.json", "audit.md"]
+    assert "| re-identified, top-1 |" in (tmp_path / "report" / "audit.md").read_text()
+
+
+@pytest.mark.parametrize("attack, message", [
+    ("templates", "round 2 holds no class rows or clusters: fed.algorithm=fedavg uploads backbone "
+                  r"\(class rows: fedaws, fedgc; clusters: privacyface\)$"),
+    ("membership", "a silo run trains on every identity its parties hold: membership needs identities of the "
+                   "same set that Θ never saw"),
+])
+def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, capsys, attack, message):
+    assert audit_in_process([str(shared_runs[RECORDED]), "--round", "2", "--attack", attack,
+                             "--out", str(tmp_path / "report")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert len(said.splitlines()) == 1 and re.match(f"audit: {message}", said), said
+    assert not (tmp_path / "report").exists()
