@@ -29,8 +29,9 @@ def accounted(view: RunView) -> dict:
         found = {"by": "DP-FedAvg (the log's privacy table)", "epsilon": row.get("epsilon"), "delta": cfg.fed.dp.delta}
     elif cfg.fed.algorithm == "privacyface":
         row = log_row(view.run, "classes", view.round)
-        found = {"by": "PrivacyFace's clusters (the log's classes table)", "epsilon": row.get("epsilon"),
-                 "delta": row.get("delta")}
+        # the clusters are noised, Θ is not: the bound is the clusters', beside an attack on Θ it does not bind
+        found = {"by": "PrivacyFace's clusters (the log's classes table); Θ itself is not noised",
+                 "epsilon": row.get("epsilon"), "delta": row.get("delta")}
     else:
         return {}
     if found["epsilon"] is not None:

@@ -78,7 +78,7 @@ def run(view: RunView, options) -> tuple[dict, dict]:
     gallery = build_gallery(view.cfg, view.received["theta_after"])
     where = "face clients" if view.cfg.cross_device else "silo parties"
     result = {"setting": f"{where}, {view.received['algorithm']}", "kind": kind, "model": "Θ after the round",
-              "secure": bool(view.received["secure"])}
+              "secure": bool(view.received["secure"]), "dp": bool(view.received["dp"])}
     if kind == "rows":
         threshold = far_threshold(gallery, options.far, options.seed)
         result.update(rows_result(view.received, gallery, threshold), far=options.far)
@@ -92,8 +92,7 @@ def run(view: RunView, options) -> tuple[dict, dict]:
 def lines(result: dict) -> list[str]:
     """This attack's part of audit.md."""
     head = [f"Setting: {result['setting']}; gallery: {result['gallery']} identities' templates under "
-            f"{result['model']}" + (" (the backbone was masked by secure aggregation; the class payloads were not)"
-                                   if result["secure"] else "") + ".", "", "| measure | value |", "|---|---|"]
+            f"{result['model']}{defences(result)}.", "", "| measure | value |", "|---|---|"]
     if result["kind"] == "rows":
         return head + [f"| class rows uploaded | {result['rows']} (of {result['senders']} senders) |",
                        f"| re-identified, top-1 | {result['top1']:.3f} |",
@@ -105,6 +104,13 @@ def lines(result: dict) -> list[str]:
                    f"| identities inside a cone, mean | {result['inside_mean']:.2f} |",
                    f"| cones holding one of their sender's identities | {result['with_own']:.3f} |",
                    f"| ε spent by the client that released most | {epsilon} |", ""]
+
+
+def defences(result: dict) -> str:
+    """What the run's defences covered: the backbone, never these class payloads."""
+    said = [what for what, on in (("masked by secure aggregation", result["secure"]),
+                                  ("noised by DP", result.get("dp"))) if on]
+    return f" (the backbone was {' and '.join(said)}; the class payloads were not)" if said else ""
 
 
 def summary(result: dict) -> str:

@@ -10,8 +10,11 @@ import pytest
 import torch
 
 from fedmpi.audit.gallery import Gallery
-from fedmpi.audit.membership_audit import auc_bound
-from fedmpi.audit.template_audit import clusters_result, rows_result
+from types import SimpleNamespace
+
+from fedmpi.audit import membership_audit
+from fedmpi.audit.membership_audit import accounted, auc_bound
+from fedmpi.audit.template_audit import clusters_result, lines, rows_result
 from fedmpi.core.received import ReceivedRecorder
 from fedmpi.core.seams import NoClasses
 from fedmpi.silo.server_classes import senders
@@ -56,6 +59,29 @@ def test_the_auc_the_dp_bound_permits():
     assert auc_bound(math.log(3), 0.0) == pytest.approx(0.75, abs=1e-6)
     assert auc_bound(0.0, 0.0) == pytest.approx(0.5, abs=1e-6)
     assert auc_bound(0.0, 0.2) == pytest.approx(0.68, abs=1e-6)
+
+
+def view(dp: bool, algorithm: str):
+    fed = SimpleNamespace(dp=SimpleNamespace(enabled=dp, delta=0.0), algorithm=algorithm)
+    return SimpleNamespace(cfg=SimpleNamespace(fed=fed), run=None, round=2)
+
+
+def test_the_accounted_epsilon_is_read_beside_the_auc_it_permits(monkeypatch):
+    read = []
+    monkeypatch.setattr(membership_audit, "log_row", lambda run, table, r: read.append((table, r)) or
+                        {"epsilon": math.log(3), "delta": 0.0})
+    assert accounted(view(True, "fedavg"))["auc_bound"] == pytest.approx(0.75, abs=1e-6)
+    found = accounted(view(False, "privacyface"))
+    assert found["epsilon"] == math.log(3) and "Θ itself is not noised" in found["by"]
+    assert read == [("privacy", 2), ("classes", 2)] and accounted(view(False, "fedaws")) == {}
+
+
+def test_a_defence_of_the_backbone_is_not_said_to_cover_the_class_rows():
+    result = {"setting": "face clients, fedavg", "gallery": 16, "model": "Θ after the round", "secure": False,
+              "dp": True, "kind": "rows", "rows": 8, "senders": 8, "top1": 1.0, "far": 0.01, "at_threshold": 1.0,
+              "threshold": 0.9, "chance": 0.0625}
+    assert "(the backbone was noised by DP; the class payloads were not)" in lines(result)[0]
+    assert "the class payloads were not" not in lines({**result, "dp": False})[0]
 
 
 class Exchange:
