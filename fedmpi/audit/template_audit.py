@@ -23,6 +23,9 @@ def check_attackable(view: RunView) -> str:
     """'rows' or 'clusters', or Refused naming what the run's method uploads instead."""
     received = view.received
     for kind, key in (("rows", "class_rows"), ("clusters", "clusters")):
+        if key in received and len(received[key]) == 0:
+            raise Refused(f"round {view.round} holds no {key}: the server stored none of them (each one left out "
+                          f"as not finite or out of range)")
         if key in received:
             return kind
     raise Refused(f"round {view.round} holds no class rows or clusters: fed.algorithm={received['algorithm']} "

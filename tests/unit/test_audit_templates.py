@@ -1,20 +1,21 @@
 """The templates and membership audits on known answers: planted class rows re-identified through the senders'
 and labels' numbering of a recording (a party's row i, a client's row j), a row filed under another owner not;
 PrivacyFace cones counting the identities inside them and their sender's; the AUC the (ε, δ)-DP bound permits;
-and the recorder writing the class payloads the server held, nothing where a method uploads none."""
+the ε read beside the AUC it permits; what a report says of defences that cover the backbone only; and the
+recorder writing the class payloads the server held, nothing where a method uploads none."""
 import math
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
 import pytest
 import torch
 
-from fedmpi.audit.gallery import Gallery
-from types import SimpleNamespace
-
 from fedmpi.audit import membership_audit
+from fedmpi.audit.gallery import Gallery
 from fedmpi.audit.membership_audit import accounted, auc_bound
-from fedmpi.audit.template_audit import clusters_result, lines, rows_result
+from fedmpi.audit.run_view import Refused
+from fedmpi.audit.template_audit import check_attackable, clusters_result, lines, rows_result
 from fedmpi.core.received import ReceivedRecorder
 from fedmpi.core.seams import NoClasses
 from fedmpi.silo.server_classes import senders
@@ -38,6 +39,12 @@ def test_planted_rows_are_reidentified_as_their_owners():
     assert found["ranks"] == [1, 1, 1]
     filed_elsewhere = {**received, "class_row_label": torch.tensor([0, 0, 2])}   # row of identity 4 filed as 3
     assert rows_result(filed_elsewhere, gallery(), threshold=0.5)["top1"] == pytest.approx(2 / 3)
+
+
+def test_a_round_whose_rows_were_all_left_out_is_refused():
+    empty = SimpleNamespace(round=3, received={"class_rows": torch.zeros(0, 4), "algorithm": "fedaws"})
+    with pytest.raises(Refused, match="^round 3 holds no class_rows: the server stored none of them"):
+        check_attackable(empty)
 
 
 def test_a_cone_counts_the_identities_inside_it_and_its_senders():
