@@ -4,8 +4,10 @@ party b's upload from the command line: its report is written into its own folde
 with numbers in range; a round not recorded, an upload not in the round, missing ground-truth data and a setting
 it cannot attack are refused in one line. A FedAwS run of face clients (one identity a phone) records round 1:
 the class rows of its clients re-identify their owners well above chance, and membership sets the clients
-sampled against those never sampled; the silo FedAvg run is refused both, naming what it uploads."""
+sampled against those never sampled; silo FedAwS and PrivacyFace runs record every party's rows and clusters
+with their senders; the silo FedAvg run is refused both, naming what it uploads."""
 import json
+import math
 import re
 import subprocess
 import sys
@@ -23,6 +25,10 @@ from fedmpi.store.log_reader import LogReader
 from tools.audit import main as audit_in_process
 
 RECORDED = declare("audit-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3, "log.record_received=[2]"])
+SILO_ROWS = declare("audit-fedaws-silo", [*SMALL, "fed.algorithm=fedaws", *K3, "log.record_received=[2]"])
+# κ = 0 and n_min = 1: each party releases its one cluster a round, (0.1 + 0.1 + 0.5)-DP a release
+SILO_CLUSTERS = declare("audit-privacyface-silo", [*SMALL, "fed.algorithm=privacyface", *K3, "fed.options.kappa=0.0",
+                                                   "fed.options.min_count=1", "log.record_received=[2]"])
 # 16 one-identity phones, 8 a round on 3 trainer ranks (the shared launch's world of 4)
 PHONES = declare("audit-fedaws-phones", [
     "--config", "configs/faces_devices.yaml", "clients.population=16", "clients.faces.identities=16",
@@ -117,3 +123,22 @@ def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, c
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and re.match(f"audit: {message}", said), said
     assert not (tmp_path / "report").exists()
+
+
+def test_silo_class_rows_and_clusters_are_recorded_with_their_senders(shared_runs, tmp_path):
+    with h5py.File(shared_runs[SILO_ROWS] / "received" / "round-2.h5") as f:
+        assert f["class_rows"].shape == (12, 16)                # party a's 7 identities, then b's 5
+        assert f["class_row_sender"][:].tolist() == [0] * 7 + [1] * 5
+        assert f["class_row_label"][:].tolist() == [*range(7), *range(5)]
+    with h5py.File(shared_runs[SILO_CLUSTERS] / "received" / "round-2.h5") as f:
+        clusters = f["clusters"][:]
+        assert clusters.shape == (2, 18) and f["cluster_sender"][:].tolist() == [0, 1]
+        assert clusters[:, 16].tolist() == pytest.approx([math.pi / 2] * 2) and clusters[:, 17].tolist() == [1, 1]
+    for run, out in ((SILO_ROWS, "rows"), (SILO_CLUSTERS, "clusters")):
+        assert audit_in_process([str(shared_runs[run]), "--round", "2", "--attack", "templates",
+                                 "--out", str(tmp_path / out)]) == 0
+    rows = json.loads((tmp_path / "rows" / "audit.json").read_text())["templates"]
+    assert rows["rows"] == 12 and rows["gallery"] == 12 and rows["chance"] == 1 / 12 and len(rows["ranks"]) == 12
+    cones = json.loads((tmp_path / "clusters" / "audit.json").read_text())["templates"]
+    assert cones["clusters"] == 2 and cones["epsilon"] == pytest.approx(1.4) and cones["delta"] == pytest.approx(2e-5)
+    assert all(0 <= n <= 12 for n in cones["inside"])
