@@ -9,6 +9,11 @@ server held and scored against the participants' own data (read from the run's d
               round's aggregate (--upload aggregate; under secure aggregation the only view) reconstructed by
               simulating the participants' local steps, scored by PSNR / SSIM and by identity at --far against
               chance (fedmpi/audit/update_audit.py)
+  templates   the class rows uploaded beside θ (FedAwS / FedGC) re-identified against every participant's
+              template, top-1 and at --far against chance 1 / gallery; PrivacyFace's clusters: the identities
+              inside each cone beside the ε spent (fedmpi/audit/template_audit.py)
+  membership  identity membership inference on Θ after the round (AUC), beside the run's accounted ε and the
+              AUC that (ε, δ) permits (fedmpi/audit/membership_audit.py)
 
 Writes audit.json, audit.md and the attacks' pictures into DIR (default RUN/audit-rR) and nothing else.
 docs/PRIVACY_AUDIT.md says what is attacked and what not.
@@ -19,11 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedmpi.audit import update_audit
+from fedmpi.audit import membership_audit, template_audit, update_audit
 from fedmpi.audit.report import write_report
 from fedmpi.audit.run_view import Refused, open_round
 
-ATTACKS = {module.NAME: module for module in (update_audit,)}
+ATTACKS = {module.NAME: module for module in (update_audit, template_audit, membership_audit)}
 
 
 def parse_args(argv=None):

@@ -127,3 +127,23 @@ def as_parameters(model, delta: torch.Tensor) -> list[torch.Tensor]:
     shapes = [p.shape for p in model.parameters() if p.requires_grad]
     pieces = torch.split(delta, [int(np.prod(s)) for s in shapes])
     return [piece.reshape(s) for piece, s in zip(pieces, shapes)]
+
+
+def log_row(run: Path, table: str, round_number: int) -> dict:
+    """Round R's (from 1) row of a table of the run's log, {} where the table has none."""
+    from fedmpi.store.log_reader import LogReader
+
+    with LogReader(run / "log.h5") as log:
+        columns = log.table(table) if table in log.f else {}
+        hit = np.flatnonzero(np.asarray(columns.get("round", [])) == round_number - 1)
+        return {key: np.asarray(value)[hit[-1]].tolist() for key, value in columns.items()} if len(hit) else {}
+
+
+def sampled_clients(run: Path, round_number: int) -> np.ndarray:
+    """The clients a cross-device run sampled in rounds 1..R (the log's `clients` table)."""
+    from fedmpi.store.log_reader import LogReader
+
+    with LogReader(run / "log.h5") as log:
+        columns = log.table("clients")
+        rounds, ids = np.asarray(columns["round"]), np.asarray(columns["ids"])
+    return np.unique(ids[rounds <= round_number - 1])

@@ -119,3 +119,8 @@ class NoClasses:
 
     def bytes_per_round(self) -> dict[str, int]:
         return {"up": 0, "down": 0, "intra": 0}
+
+    def recorded(self) -> dict:
+        """What of the class payloads the server holds before its class step, for log.record_received
+        (core/received.py): nothing here."""
+        return {}

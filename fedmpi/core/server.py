@@ -119,7 +119,7 @@ class Server:
         exchange, rows = self.exchange, self.exchange.rows
         side_w = self.side.weighting.for_round(r, None if rows is None else rows[:, :self.state.numel])
         self.w = exchange.weights(side_w)
-        self.received.before_step(r, self.theta, exchange)
+        self.received.before_step(r, self.theta, exchange, self.classes)
         self.step(exchange, self.w, exchange.participation)
         self.received.after_step(r, self.theta)
         if self.influence:

@@ -103,6 +103,14 @@ class DeviceRows(NoClasses):
             self.total = None
         return row
 
+    def recorded(self) -> dict:
+        """The rows the round's clients sent (row j of client c: its identity j), for core/received.py."""
+        returned = torch.as_tensor(self.store.returned, dtype=torch.int64)
+        per = self.store.rows.shape[1] // self.d
+        return {"class_rows": self.store.rows[returned].reshape(-1, self.d),
+                "class_row_sender": returned.repeat_interleave(per),
+                "class_row_label": torch.arange(per).repeat(len(returned))}
+
     def replace(self, new, old) -> None:
         """Σ ŵ with the rows `old` replaced by `new`: O(rows d), where a sum over W would be O(M d)."""
         if self.total is not None:

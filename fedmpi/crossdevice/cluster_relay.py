@@ -93,6 +93,12 @@ class ClusterRelay:
                     "device_bytes_up": self.exchange.global_bytes + q * width * item,
                     "device_bytes_down": self.exchange.global_bytes + self.pool.valid() * width * item}
 
+    def recorded(self) -> dict:
+        """The round's releases as received (Q rows [p | α | released] a client), for core/received.py; the rows
+        the simulation's store keeps are not the server's to see and are left out."""
+        return {"clusters": self.received.reshape(-1, self.shape[1]),
+                "cluster_sender": torch.as_tensor(self.order, dtype=torch.int64).repeat_interleave(self.shape[0])}
+
     def bytes_per_round(self) -> dict[str, int]:
         """The releases up; the pool (and its owners) down to every trainer rank."""
         pool = self.pool.clusters.numel() * self.pool.clusters.element_size() + self.pool.owners.numel() * 8

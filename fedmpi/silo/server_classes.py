@@ -128,6 +128,12 @@ class ServerRows(ServerClasses):
     def answer_kept(self, left_out, lr, r, state):
         return self.step_rows(~left_out, lr, r, state)
 
+    def recorded(self) -> dict:
+        """Every party's rows as uploaded (row i of party k: its identity i), for core/received.py."""
+        if not self.due:
+            return {}
+        return {"class_rows": self.W, **senders([b - a for a, b in self.bounds])}
+
     def no_reply(self, left_out: np.ndarray) -> None:
         for k in np.flatnonzero(left_out):
             self.uploads[k].fill_(float("nan"))    # not a reply: the party keeps its own rows (silo/classes.py)
@@ -158,3 +164,17 @@ class ServerSummaries(ServerClasses):
         for k in np.flatnonzero(left_out):
             self.summaries[k].zero_()          # a row whose last value is 0 holds no cluster
         return self.part.relay(self.summaries, self.replied, r, state)
+
+    def recorded(self) -> dict:
+        """Every party's summary as uploaded (for PrivacyFace Q rows [p | α | released]), for core/received.py."""
+        if not self.due:
+            return {}
+        q = self.summaries.shape[1]
+        return {"clusters": self.summaries.reshape(-1, self.summaries.shape[2]),
+                "cluster_sender": torch.arange(len(self.summaries)).repeat_interleave(q)}
+
+
+def senders(counts: list[int]) -> dict:
+    """Who sent each of the stacked rows (the party's index) and which of its identities the row is."""
+    return {"class_row_sender": torch.arange(len(counts)).repeat_interleave(torch.as_tensor(counts)),
+            "class_row_label": torch.cat([torch.arange(n) for n in counts])}

@@ -3,8 +3,12 @@ run under secure aggregation with distributed DP its round 1 (log.record_receive
 launch of shared runs), and `python -m tools.audit` attacks party b's upload from the command line, the plain
 run's aggregate and the secure run's sum in process: each report is written into its own folder, nothing else in
 the run's, with numbers in range and the participants summed and z named; a round not recorded, an upload not in
-the round, missing ground-truth data and a setting it cannot attack are refused in one line."""
+the round, missing ground-truth data and a setting it cannot attack are refused in one line. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
+its clients re-identify their owners well above chance, and membership sets the clients sampled against those
+never sampled; silo FedAwS and PrivacyFace runs record every party's rows and clusters with their senders; the
+silo FedAvg run is refused both, naming what it uploads."""
 import json
+import math
 import re
 import subprocess
 import sys
@@ -18,6 +22,7 @@ from shared_runs import declare
 from test_equivalence_mpi import K3, SMALL
 from fedmpi.audit.run_view import Refused
 from fedmpi.audit.update_audit import check_attackable
+from fedmpi.store.log_reader import LogReader
 from tools.audit import main
 
 RECORDED = declare("audit-fedavg-k3", [*SMALL, "fed.algorithm=fedavg", *K3, "log.record_received=[2]"])
@@ -27,6 +32,15 @@ SECURE_DP = declare("audit-secagg-dp", [*SMALL, "fed.algorithm=fedavg", *K3, "fv
                                         "fed.secure_aggregation.quantization_bits=30", "fed.dp.enabled=true",
                                         "fed.dp.noise_multiplier=0.5", "fed.dp.clip=1000.0",
                                         "log.record_received=[1]"])
+SILO_ROWS = declare("audit-fedaws-silo", [*SMALL, "fed.algorithm=fedaws", *K3, "log.record_received=[2]"])
+# κ = 0 and n_min = 1: each party releases its one cluster a round, (0.1 + 0.1 + 0.5)-DP a release
+SILO_CLUSTERS = declare("audit-privacyface-silo", [*SMALL, "fed.algorithm=privacyface", *K3, "fed.options.kappa=0.0",
+                                                   "fed.options.min_count=1", "log.record_received=[2]"])
+# 16 one-identity phones, 8 a round on 3 trainer ranks (the shared launch's world of 4)
+PHONES = declare("audit-fedaws-phones", [
+    "--config", "configs/faces_devices.yaml", "clients.population=16", "clients.faces.identities=16",
+    "clients.faces.images_per_identity=8", "clients.fraction=0.5", "clients.rounds=2", "clients.ranks=3",
+    "eval.every=0", "optim.lr=0.1", "run.device=cpu", "fed.options.lr_scale=10", "log.record_received=[1]"])
 
 
 def audit(*args):
@@ -124,3 +138,55 @@ def test_a_setting_the_audit_cannot_attack_is_named():
         check_attackable(view(True, {"secure": False}), SimpleNamespace(upload="one"))
     assert check_attackable(view(False, {"secure": True}), SimpleNamespace(upload=None)) == "aggregate"
     assert check_attackable(view(True, {"secure": False, "uploads": 0}), SimpleNamespace(upload=None)) == "clients"
+
+
+def test_fedaws_rows_across_devices_reidentify_their_owners(shared_runs, tmp_path, capsys):
+    run = shared_runs[PHONES]
+    with LogReader(run / "log.h5") as log:
+        sampled = log.table("clients")["ids"][0]
+    with h5py.File(run / "received" / "round-1.h5") as f:
+        assert sorted(f["class_row_sender"][:]) == sorted(sampled) and f["class_rows"].shape == (8, 128)
+        assert f["class_row_label"][:].tolist() == [0] * 8
+    assert main([str(run), "--round", "1", "--attack", "templates", "membership",
+                             "--out", str(tmp_path / "report")]) == 0
+    report = json.loads((tmp_path / "report" / "audit.json").read_text())
+    templates, membership = report["templates"], report["membership"]
+    assert templates["rows"] == 8 and templates["gallery"] == 16 and templates["chance"] == 1 / 16
+    assert templates["top1"] >= 0.75 and templates["at_threshold"] >= 0.5
+    assert membership["members"] == membership["nonmembers"] == 8 and 0 <= membership["auc"] <= 1
+    assert membership["dp"] == {}
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["audit.json", "audit.md"]
+    assert "| re-identified, top-1 |" in (tmp_path / "report" / "audit.md").read_text()
+
+
+@pytest.mark.parametrize("attack, message", [
+    ("templates", "round 2 holds no class rows or clusters: fed.algorithm=fedavg uploads backbone "
+                  r"\(class rows: fedaws, fedgc; clusters: privacyface\)$"),
+    ("membership", "a silo run trains on every identity its parties hold: membership needs identities of the "
+                   "same set that Θ never saw"),
+])
+def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, capsys, attack, message):
+    assert main([str(shared_runs[RECORDED]), "--round", "2", "--attack", attack,
+                             "--out", str(tmp_path / "report")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert len(said.splitlines()) == 1 and re.match(f"audit: {message}", said), said
+    assert not (tmp_path / "report").exists()
+
+
+def test_silo_class_rows_and_clusters_are_recorded_with_their_senders(shared_runs, tmp_path):
+    with h5py.File(shared_runs[SILO_ROWS] / "received" / "round-2.h5") as f:
+        assert f["class_rows"].shape == (12, 16)                # party a's 7 identities, then b's 5
+        assert f["class_row_sender"][:].tolist() == [0] * 7 + [1] * 5
+        assert f["class_row_label"][:].tolist() == [*range(7), *range(5)]
+    with h5py.File(shared_runs[SILO_CLUSTERS] / "received" / "round-2.h5") as f:
+        clusters = f["clusters"][:]
+        assert clusters.shape == (2, 18) and f["cluster_sender"][:].tolist() == [0, 1]
+        assert clusters[:, 16].tolist() == pytest.approx([math.pi / 2] * 2) and clusters[:, 17].tolist() == [1, 1]
+    for run, out in ((SILO_ROWS, "rows"), (SILO_CLUSTERS, "clusters")):
+        assert main([str(shared_runs[run]), "--round", "2", "--attack", "templates",
+                                 "--out", str(tmp_path / out)]) == 0
+    rows = json.loads((tmp_path / "rows" / "audit.json").read_text())["templates"]
+    assert rows["rows"] == 12 and rows["gallery"] == 12 and rows["chance"] == 1 / 12 and len(rows["ranks"]) == 12
+    cones = json.loads((tmp_path / "clusters" / "audit.json").read_text())["templates"]
+    assert cones["clusters"] == 2 and cones["epsilon"] == pytest.approx(1.4) and cones["delta"] == pytest.approx(2e-5)
+    assert all(0 <= n <= 12 for n in cones["inside"])
