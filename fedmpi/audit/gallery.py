@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .run_view import Refused, client_images, embed, model_at, party_images
+from .run_view import client_images, embed, model_at, party_images
 
 BATCH = 256
 
