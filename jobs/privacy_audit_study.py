@@ -33,9 +33,9 @@ STYLES = ("ms1m", "ga", "vgg")
 # K; the device population, images a client, a client's epochs and lr; rounds; the attack's optimisation steps
 SCALES = {
     "cpu": {"public": (200, 10), "steps": 600, "party": (16, 8), "batch": 4, "K": 2, "rounds": 4,
-            "clients": 16, "images": 4, "epochs": 2, "lr": 0.05, "iterations": 200, "pairs": 20},
+            "clients": 16, "images": 4, "epochs": 2, "lr": 0.05, "iterations": 200, "tv": 0.01, "pairs": 20},
     "tiny": {"public": (20, 4), "steps": 4, "party": (4, 2), "batch": 2, "K": 1, "rounds": 2,
-             "clients": 8, "images": 2, "epochs": 1, "lr": 0.01, "iterations": 2, "pairs": 4},
+             "clients": 8, "images": 2, "epochs": 1, "lr": 0.01, "iterations": 2, "tv": 0.01, "pairs": 4},
 }
 
 
@@ -54,6 +54,8 @@ INVERT = ("--attack", "inversion")
 ONE = (*INVERT, "--party", "p0")                      # one silo party's upload
 SUM = (*INVERT, "--upload", "aggregate")              # Θ_after − Θ_before: under secure aggregation all there is
 CLIENTS = (*INVERT, "--client", "all")                # each device client's upload of the round, apart
+ROWS = ("--attack", "templates")                      # the class rows or clusters re-identified
+MEMBERS = ("--attack", "membership", "--round", "LAST")   # on Θ after the run's last round (recorded too)
 DP = ("fed.dp.enabled=true", "fed.dp.clip=1.0")
 SECURE = ("fed.secure_aggregation.mode=secagg",)
 # DP's noise multipliers: at clip C = 1 over 3 parties the mean's noise has norm about z/3 · sqrt(D) = 290 z
@@ -74,14 +76,17 @@ SETTINGS = {
                               ("fed.algorithm=fedavg", *SECURE, *DP, f"fed.dp.noise_multiplier={z}"), (SUM,))
        for z in Z},
     **{f"fedavg-phone-{c}": Setting(f"Positive-only FedAvg, a phone per person, cohort {c}", "phone",
-                                    tuple(DEVICE_METHODS["fedavg"][1]), (CLIENTS, SUM) if c == 4 else (SUM,), cohort=c)
+                                    tuple(DEVICE_METHODS["fedavg"][1]),
+                                    (CLIENTS, SUM, ROWS, MEMBERS) if c == 4 else (SUM,), cohort=c)
        for c in (2, 4, 8)},
+    "phone-cdp-z1": Setting("Positive-only FedAvg, a phone per person, cohort 4, central DP z = 1", "phone",
+                            (*DEVICE_METHODS["fedavg"][1], *DP, "fed.dp.noise_multiplier=1.0"), (SUM, ROWS, MEMBERS)),
     "pfm-silo": Setting("PFM, silo", "silo", ("fed.algorithm=pfm",), (ONE,)),
-    "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), ()),
+    "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), (ROWS,)),
     "fedaws-phone": Setting("FedAwS (FedFR's form), a phone per person", "phone",
-                            tuple(DEVICE_METHODS["fedaws-fedfr"][1]), (CLIENTS,)),
+                            tuple(DEVICE_METHODS["fedaws-fedfr"][1]), (CLIENTS, ROWS, MEMBERS)),
     "privacyface-albums": Setting(f"PrivacyFace, albums of {ALBUM}", "phone", tuple(DEVICE_METHODS["privacyface"][1]),
-                                  (), album=ALBUM),
+                                  (ROWS, MEMBERS), album=ALBUM),
 }
 
 
@@ -127,8 +132,9 @@ def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) 
             holder = LockHolder(lock)
             holder.acquire()
             try:
+                arguments = [str(s["rounds"]) if a == "LAST" else a for a in arguments]
                 done = subprocess.run([sys.executable, "-m", "tools.audit", str(run), "--round", "1", *arguments,
-                                       "--iterations", str(s["iterations"]), "--out", str(out)],
+                                       "--iterations", str(s["iterations"]), "--tv", str(s["tv"]), "--out", str(out)],
                                       capture_output=True, text=True)
             finally:
                 holder.release()

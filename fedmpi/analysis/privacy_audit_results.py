@@ -17,6 +17,17 @@ COLUMNS = {
         ("PSNR (dB)", lambda r: r["reconstruction"]["psnr_mean"], "{:.2f}"),
         ("identity recovered (chance)", lambda r: (r["identity"]["recovered"], r["identity"]["chance"]),
          "{0:.3f} ({1:.3f})"),
+        ("identity top-1 among the round's clients (chance)",
+         lambda r: (r["identity"]["top1"], r["identity"]["top1_chance"]), "{0:.3f} ({1:.3f})"),
+    ],
+    "templates": [
+        ("class rows re-identified top-1 (chance)", lambda r: (r["top1"], r["chance"]), "{0:.3f} ({1:.3f})"),
+        ("identities inside a relayed cone, of the gallery", lambda r: (r["inside_mean"], r["gallery"]),
+         "{0:.1f} of {1:d}"),
+    ],
+    "membership": [
+        ("membership AUC (the most (ε, δ) permits)", lambda r: (r["auc"], r["dp"].get("auc_bound", float("nan"))),
+         "{0:.3f} ({1:.3f})"),
     ],
 }
 
