@@ -11,7 +11,8 @@ phone (positive-only FedAvg with cohorts of 2, 4 and 8, FedAwS, PrivacyFace on a
 each audit holds FILE only while it runs; runs and audits already in the folder are reused.
 
     python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu [--scale cpu|tiny] [--lock FILE]
-    python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --only fedavg-phone
+    python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --only fedavg-phone-4
+    python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --report-only OUT
 """
 from __future__ import annotations
 
@@ -126,8 +127,7 @@ def run_setting(folder: Path, s: dict, start: Path, key: str, lock: str | None) 
 def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) -> list[Path]:
     """Each audit of the setting's first recorded round, into folder/audits/KEY-N (reused when there)."""
     outs = []
-    for n, arguments in enumerate(SETTINGS[key].audits):
-        out = folder / "audits" / f"{key}-{n}"
+    for arguments, out in zip(SETTINGS[key].audits, audit_folders(folder, key)):
         if not (out / "audit.json").is_file():
             holder = LockHolder(lock)
             holder.acquire()
@@ -144,6 +144,22 @@ def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) 
     return outs
 
 
+def audit_folders(folder: Path, key: str) -> list[Path]:
+    return [folder / "audits" / f"{key}-{n}" for n in range(len(SETTINGS[key].audits))]
+
+
+def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
+    missing = [str(a) for key in keys for a in audit_folders(folder, key) if not (a / "audit.json").is_file()]
+    missing += [key for key in keys if not (folder / "runs" / key / "log.h5").is_file()]
+    if missing:
+        sys.exit(f"--report-only: {folder} lacks {missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1
+                                                                  else "") + ": run the study first")
+    out.mkdir(parents=True, exist_ok=True)
+    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in keys}, s,
+                 out / "report.md")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", required=True)
@@ -151,8 +167,12 @@ def main(argv=None) -> int:
     parser.add_argument("--lock", default=None, help="a file each run and audit holds (flock) only while it runs")
     parser.add_argument("--only", nargs="+", choices=sorted(SETTINGS), help="these settings alone")
     parser.add_argument("--runs-only", action="store_true", help="the runs alone: no audit, no report")
+    parser.add_argument("--report-only", metavar="OUT", default=None,
+                        help="write OUT/report.md from the folder's audits and run logs alone (nothing runs)")
     args = parser.parse_args(argv)
     folder, s = Path(args.folder), SCALES[args.scale]
+    if args.report_only:
+        return report_only(folder, s, args.only or list(SETTINGS), Path(args.report_only))
     start = pretrain(folder, s, args.lock)
     audits = {}
     for key in args.only or SETTINGS:
@@ -161,7 +181,8 @@ def main(argv=None) -> int:
             audits[key] = audit_setting(folder, s, key, run, args.lock)
     if args.runs_only:
         return 0
-    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, outs) for key, outs in audits.items()}, s)
+    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, outs) for key, outs in audits.items()}, s,
+                 folder / "report.md")
     (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in audits}, indent=1) + "\n")
     print((folder / "report.md").read_text())
     return 0

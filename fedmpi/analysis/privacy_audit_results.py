@@ -77,8 +77,8 @@ def table(rows: dict) -> list[str]:
     return lines
 
 
-def write_report(folder: Path, settings: dict, scale: dict) -> None:
-    """folder/report.md from {key: (Setting, run folder, [audit folders])}."""
+def write_report(folder: Path, settings: dict, scale: dict, path: Path) -> None:
+    """The report (at `path`; its pictures named relative to `folder`) from {key: (Setting, run, [audits])}."""
     rows = {(f"{setting.label}" + (f" ({n + 1})" if len(audits) > 1 else "")): read_audit(run, out)
             for setting, run, audits in settings.values() for n, out in enumerate(audits)}
     lines = [f"# What the server learns, measured (`make privacy-audit-cpu`: {len(rows)} settings, the audited "
@@ -87,4 +87,4 @@ def write_report(folder: Path, settings: dict, scale: dict) -> None:
     for label, row in rows.items():
         lines += [f"**{label}**", ""] + [f"![{label}]({p.relative_to(folder)})" for p in row["pictures"]] + [""]
     lines += ["## Attack × setting", "", *table(rows), ""]
-    (folder / "report.md").write_text("\n".join(lines))
+    path.write_text("\n".join(lines))
