@@ -78,9 +78,11 @@ def clusters_result(clusters: torch.Tensor, senders: np.ndarray, gallery) -> dic
 def run(view: RunView, options) -> tuple[dict, dict]:
     """The attack's result (no picture)."""
     kind = check_attackable(view)
-    gallery = build_gallery(view.cfg, view.received["theta_after"])
+    # the rows were fitted to the embeddings of the model the participants trained from, which the server holds
+    # as it sent it: Θ before the round (Θ after it is, under DP, the noised result)
+    gallery = build_gallery(view.cfg, view.received["theta_before"])
     where = "face clients" if view.cfg.cross_device else "silo parties"
-    result = {"setting": f"{where}, {view.received['algorithm']}", "kind": kind, "model": "Θ after the round",
+    result = {"setting": f"{where}, {view.received['algorithm']}", "kind": kind, "model": "Θ before the round",
               "secure": bool(view.received["secure"]), "dp": bool(view.received["dp"])}
     if kind == "rows":
         threshold = far_threshold(gallery, options.far, options.seed)
