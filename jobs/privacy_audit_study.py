@@ -80,8 +80,9 @@ SETTINGS = {
                                     tuple(DEVICE_METHODS["fedavg"][1]),
                                     (CLIENTS, SUM, ROWS, MEMBERS) if c == 4 else (SUM,), cohort=c)
        for c in (2, 4, 8)},
-    "phone-cdp-z1": Setting("Positive-only FedAvg, a phone per person, cohort 4, central DP z = 1", "phone",
-                            (*DEVICE_METHODS["fedavg"][1], *DP, "fed.dp.noise_multiplier=1.0"), (SUM, ROWS, MEMBERS)),
+    **{f"phone-cdp-z{z:g}": Setting(f"Positive-only FedAvg, a phone per person, cohort 4, central DP z = {z:g}",
+                                    "phone", (*DEVICE_METHODS["fedavg"][1], *DP, f"fed.dp.noise_multiplier={z}"),
+                                    (SUM, ROWS, MEMBERS) if z == 1 else (SUM,)) for z in Z},
     "pfm-silo": Setting("PFM, silo", "silo", ("fed.algorithm=pfm",), (ONE,)),
     "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), (ROWS,)),
     "fedaws-phone": Setting("FedAwS (FedFR's form), a phone per person", "phone",

@@ -26,10 +26,20 @@ COLUMNS = {
          "{0:.1f} of {1:d}"),
     ],
     "membership": [
-        ("membership AUC (the most (ε, δ) permits)", lambda r: (r["auc"], r["dp"].get("auc_bound", float("nan"))),
-         "{0:.3f} ({1:.3f})"),
+        ("membership AUC (the most (ε, δ) permits)",
+         lambda r: f"{r['auc']:.3f} ({r['dp']['auc_bound']:.3f})" if r["dp"] else f"{r['auc']:.3f} (no DP)", "{}"),
     ],
 }
+
+
+# what the attacks that read no upload take from what the server held
+RECEIVED = {"templates": "the class payloads beside θ, in the clear", "membership": "the model Θ it made"}
+
+
+def attacked(name: str, result: dict, round_number: int) -> str:
+    if name == "templates":
+        return f"class rows: {result['rows']}" if "rows" in result else f"DP clusters: {result.get('clusters', 0)}"
+    return f"Θ after round {round_number}" if name == "membership" else ""
 
 
 def utility(run: Path) -> dict:
@@ -58,10 +68,11 @@ def cells(results: dict) -> dict:
 
 def read_audit(run: Path, out: Path) -> dict:
     """One row: an audit's headline numbers, what the server received and what was attacked, the run's utility."""
-    report = {k: v for k, v in json.loads((out / "audit.json").read_text()).items() if isinstance(v, dict)}
-    first = next(iter(report.values()), {})
-    return {"cells": cells(report), **utility(run), "received": first.get("received", ""),
-            "attacked": first.get("upload", ""),
+    whole = json.loads((out / "audit.json").read_text())
+    report = {k: v for k, v in whole.items() if isinstance(v, dict)}
+    name, first = next(iter(report.items()), ("", {}))
+    return {"cells": cells(report), **utility(run), "received": first.get("received", RECEIVED.get(name, "")),
+            "attacked": first.get("upload") or attacked(name, first, whole.get("round")),
             "pictures": [p for p in (out / "reconstructions.png",) if p.is_file()]}
 
 
