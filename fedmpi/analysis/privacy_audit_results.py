@@ -71,7 +71,8 @@ def read_audit(run: Path, out: Path) -> dict:
     whole = json.loads((out / "audit.json").read_text())
     report = {k: v for k, v in whole.items() if isinstance(v, dict)}
     name, first = next(iter(report.items()), ("", {}))
-    return {"cells": cells(report), **utility(run), "received": first.get("received", RECEIVED.get(name, "")),
+    received = first.get("received") or ("the DP clusters beside θ" if "clusters" in first else RECEIVED.get(name, ""))
+    return {"cells": cells(report), **utility(run), "received": received,
             "attacked": first.get("upload") or attacked(name, first, whole.get("round")),
             "pictures": [p for p in (out / "reconstructions.png",) if p.is_file()]}
 
