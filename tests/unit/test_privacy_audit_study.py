@@ -39,3 +39,13 @@ def test_the_table_reads_each_attacks_headline_and_dashes_what_did_not_run():
     lines = table({"A": row, "B": other})
     assert lines[2] == "| A | the sum | aggregate | 4 | 12.35 | 0.750 (0.125) | 90.00 | — |"
     assert lines[3] == "| B | x | p0 | — | — | — | — | 2.5 |"
+
+
+def test_the_committed_report_is_what_its_audits_and_logs_say(tmp_path):
+    from jobs.privacy_audit_study import main
+
+    folder = Path(__file__).resolve().parents[2] / "docs" / "results" / "privacy-audit-cpu"
+    assert main(["--folder", str(folder), "--report-only", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (folder / "report.md").read_text()
+    assert "| Positive-only FedAvg, a phone per person, cohort 4 (1) | each upload in the clear | client " in \
+        (folder / "report.md").read_text()
