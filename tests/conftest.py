@@ -104,7 +104,7 @@ LONGEST_FIRST = (
     "shared-runs",                                                       # ~240
     "tests/mpi/test_device_albums_mpi.py::albums",                       # 146: a run and its resume in one launch
     "tests/mpi/test_faces_devices_study.py",                             # ~145: the pretraining, the device runs in one launch
-    "tests/mpi/test_device_faces_mpi.py::runs",                          # 141: five runs in one launch
+    "tests/mpi/test_device_faces_mpi.py::folder+runs",                   # 141: six runs in one launch
     "tests/mpi/test_checkpoint.py::reference",                           # 106: SIGTERM / SIGUSR1 and bitwise resumes
     "tests/mpi/test_crossdevice_mpi.py::test_hsu_config_shrunk",         # 78: two 10-round runs
     "tests/mpi/test_fv_run.py::data_root+with_fv+without_fv",            # 77: two FV launches
