@@ -59,13 +59,9 @@ def build_gallery(cfg, theta: torch.Tensor) -> Gallery:
 
 def far_threshold(gallery: Gallery, far: float, seed: int, most: int = 1500) -> float:
     """The verification threshold at `far` on every pair of (at most `most`, drawn by `seed`) gallery images."""
-    from .scoring import threshold_at_far, unit
+    from .scoring import pair_threshold
 
     pick = np.arange(len(gallery.identity))
     if len(pick) > most:
         pick = np.sort(np.random.default_rng(seed).choice(pick, most, replace=False))
-    rows = unit(gallery.embeddings[torch.as_tensor(pick)])
-    cos = (rows @ rows.T).numpy()
-    upper = np.triu_indices(len(pick), 1)
-    ids = gallery.identity[pick]
-    return threshold_at_far(cos[upper], (ids[:, None] == ids[None])[upper], far)
+    return pair_threshold(gallery.embeddings[torch.as_tensor(pick)], gallery.identity[pick], far)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .run_view import embed, model_at
-from .scoring import identity_recovered, identity_recovery, templates, threshold_at_far, unit
+from .scoring import identity_recovered, identity_recovery, pair_threshold, templates, unit
 
 
 def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images, assigned, far: float) -> dict:
@@ -16,9 +16,7 @@ def identity_scores(cfg, theta: torch.Tensor, images, identities, rebuilt_images
     evaluation, _ = model_at(cfg, theta)
     real = embed(evaluation, images.to(theta.dtype))
     rebuilt = embed(evaluation, rebuilt_images)
-    cos = (unit(real) @ unit(real).T).numpy()
-    upper = np.triu_indices(len(real), 1)
-    threshold = threshold_at_far(cos[upper], (identities[:, None] == identities[None])[upper], far)
+    threshold = pair_threshold(real, identities, far)
     template = templates(real, identities)
     per_image = [identity_recovery(rebuilt[i:i + 1], real[identities != identities[j]], template[identities[j]],
                                    threshold)
@@ -51,9 +49,7 @@ def client_identity(cfg, theta, pool: dict, rebuilt: dict, far: float) -> dict:
     real = {k: embed(evaluation, x.to(theta.dtype)) for k, x in pool.items()}
     everyone = torch.cat(list(real.values()))
     owner = np.concatenate([[k] * len(e) for k, e in real.items()])
-    cos = (unit(everyone) @ unit(everyone).T).numpy()
-    upper = np.triu_indices(len(everyone), 1)
-    threshold = threshold_at_far(cos[upper], (owner[:, None] == owner[None])[upper], far)
+    threshold = pair_threshold(everyone, owner, far)
     template = templates(everyone, owner)
     per_client = {k: one_client(embed(evaluation, x), k, template, threshold) for k, x in rebuilt.items()}
     mean = {key: float(np.mean([c[key] for c in per_client.values()]))

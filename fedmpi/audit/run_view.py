@@ -63,22 +63,30 @@ def open_round(run: Path, round_number: int, data_root: str | None = None) -> Ru
     return RunView(run, round_number, run_config(run, data_root), received)
 
 
+def opened(cfg, specs, what: str, open_data):
+    """open_data(), or Refused naming `what` is missing: a synthetic set not where the run wrote it (never
+    generated here), or data that cannot be read."""
+    from fedmpi.data.sets import synthetic_folder
+
+    missing = f"{what} is missing (data.root={cfg.data.root})"
+    for spec in specs:
+        if spec.kind == "synthetic" and not synthetic_folder(spec, cfg.data).is_dir():
+            raise Refused(f"{missing}: {synthetic_folder(spec, cfg.data)} not found")
+    try:
+        return open_data()
+    except (OSError, ValueError) as error:
+        raise Refused(f"{missing}: {str(error).splitlines()[0]}") from None
+
+
 def party_images(cfg, party_name: str) -> tuple[torch.Tensor, np.ndarray]:
     """The party's images (in [-1, 1]) and identities, read from the run's data to score an attack only; a
     synthetic set is read where the run wrote it, never generated here."""
-    from fedmpi.data.sets import synthetic_folder
     from fedmpi.layout import build_layout
     from fedmpi.silo.party_data import open_party_dataset
 
     party = next(p for p in build_layout(cfg).parties if p.name == party_name)
-    missing = f"the ground truth of party {party_name} is missing (data.root={cfg.data.root})"
-    for spec in party.specs:
-        if spec.kind == "synthetic" and not synthetic_folder(spec, cfg.data).is_dir():
-            raise Refused(f"{missing}: {synthetic_folder(spec, cfg.data)} not found")
-    try:
-        dataset = open_party_dataset(party, cfg.data)
-    except (OSError, ValueError) as error:
-        raise Refused(f"{missing}: {str(error).splitlines()[0]}") from None
+    dataset = opened(cfg, party.specs, f"the ground truth of party {party_name}",
+                     lambda: open_party_dataset(party, cfg.data))
     items = [dataset[i] for i in range(len(dataset))]
     return torch.stack([x for x, _ in items]), np.array([int(y) for _, y in items])
 
@@ -87,16 +95,8 @@ def client_images(cfg, clients) -> list[tuple[torch.Tensor, np.ndarray]]:
     """Each device client's images (in [-1, 1], in the order of its part of the face set) and identities, read
     to score an attack only; a synthetic set is read where the run wrote it, never generated here."""
     from fedmpi.crossdevice.face_clients import open_face_clients
-    from fedmpi.data.sets import synthetic_folder
 
-    spec = cfg.clients.faces
-    missing = f"the ground truth of the device clients is missing (data.root={cfg.data.root})"
-    if spec.kind == "synthetic" and not synthetic_folder(spec, cfg.data).is_dir():
-        raise Refused(f"{missing}: {synthetic_folder(spec, cfg.data)} not found")
-    try:
-        faces = open_face_clients(cfg)
-    except (OSError, ValueError) as error:
-        raise Refused(f"{missing}: {str(error).splitlines()[0]}") from None
+    faces = opened(cfg, [cfg.clients.faces], "the ground truth of the device clients", lambda: open_face_clients(cfg))
     out = []
     for k in clients:
         index = faces.parts[k]

@@ -65,6 +65,15 @@ def threshold_at_far(scores, issame, far: float) -> float:
     return tar_at_far(scores, issame, [far])[float(far)]["threshold"]
 
 
+def pair_threshold(embeddings: torch.Tensor, identities, far: float) -> float:
+    """The threshold at `far` on every distinct pair of `embeddings` (same when their identities match)."""
+    identities = np.asarray(identities)
+    rows = unit(embeddings)
+    cos = (rows @ rows.T).numpy()
+    upper = np.triu_indices(len(rows), 1)
+    return threshold_at_far(cos[upper], (identities[:, None] == identities[None])[upper], far)
+
+
 def unit(rows: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.normalize(rows.detach().double(), dim=-1)
 
