@@ -78,12 +78,8 @@ METHODS = {    # name: (label, overrides, identities a client)
 
 
 def launch(n: int, args: list[str], lock: str | None, what: str) -> None:
-    holder = LockHolder(lock)       # held for this run only (hold_s 0)
-    holder.acquire()
-    try:
+    with LockHolder(lock):          # held for this run only
         out = mpirun(n, ["-m", "fedmpi.run", *args], timeout=3600)
-    finally:
-        holder.release()
     if out.returncode != 0:
         sys.exit(f"{what} failed (exit {out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
 

@@ -101,6 +101,14 @@ class LockHolder:
             self.handle.close()
             self.handle = None
 
+    def __enter__(self) -> "LockHolder":
+        """`with LockHolder(path):` holds the lock for the block alone."""
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
 
 def children_cpu_s() -> float:
     """User + system CPU seconds of this process's finished children and everything they waited for."""

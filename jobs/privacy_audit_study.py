@@ -130,15 +130,11 @@ def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) 
     outs = []
     for arguments, out in zip(SETTINGS[key].audits, audit_folders(folder, key)):
         if not (out / "audit.json").is_file():
-            holder = LockHolder(lock)
-            holder.acquire()
-            try:
-                arguments = [str(s["rounds"]) if a == "LAST" else a for a in arguments]
+            arguments = [str(s["rounds"]) if a == "LAST" else a for a in arguments]
+            with LockHolder(lock):
                 done = subprocess.run([sys.executable, "-m", "tools.audit", str(run), "--round", "1", *arguments,
                                        "--iterations", str(s["iterations"]), "--tv", str(s["tv"]), "--out", str(out)],
                                       capture_output=True, text=True)
-            finally:
-                holder.release()
             if done.returncode != 0:
                 sys.exit(f"the audit of {key} ({' '.join(arguments)}) failed: {done.stderr.strip()[-1500:]}")
         outs.append(out)

@@ -97,6 +97,9 @@ def test_runs_hold_the_lock_only_while_they_run_and_release_it_once_the_hold_is_
     assert not free() and batch.acquire() == 0.0          # still held: the next run does not wait
     batch.release()
     assert free()
+    with LockHolder(lock):                                 # a block holds it, and lets it go on leaving
+        assert not free()
+    assert free()
 
 
 def test_a_folder_inside_the_repository_is_planned_with_paths_relative_to_it():
