@@ -14,7 +14,7 @@ from .client_update import client_plan, invert_cohort_update
 from .identity import client_identity, identity_scores
 from .local_rules import local_step
 from .run_view import Refused, as_parameters, client_images, model_at
-from .scoring import score_reconstructions
+from .scoring import as_unit, score_reconstructions
 
 
 def attacked_clients(view, clients) -> list[int]:
@@ -75,7 +75,7 @@ def attack_clients(view, options) -> dict:
         found, count, words = invert_clients(view, upload, [k], pool, [1.0], options)
         steps += count
         rebuilt[k] = found.images
-        scores = score_reconstructions((found.images + 1) / 2, (pool[k].to(found.images.dtype) + 1) / 2)
+        scores = score_reconstructions(as_unit(found.images), as_unit(pool[k].to(found.images.dtype)))
         originals.append(pool[k][torch.as_tensor(scores["assigned"])])
         psnr += list(scores["psnr"])
         ssim += list(scores.get("ssim", []))
@@ -107,7 +107,7 @@ def attack_cohort(view, options) -> dict:
                                          pool, weights, options)
     images = torch.cat([x for x, _ in truth]).to(found.images.dtype)
     identities = np.concatenate([y for _, y in truth])
-    scores = score_reconstructions((found.images + 1) / 2, (images + 1) / 2)
+    scores = score_reconstructions(as_unit(found.images), as_unit(images))
     return {"clients": held, "steps": steps, "words": words, "rebuilt": found.images,
             "originals": images[torch.as_tensor(scores["assigned"])], "psnr": list(scores["psnr"]),
             "ssim": list(scores["ssim"]) if "ssim" in scores else None, "objective": found.objective,

@@ -65,6 +65,11 @@ def threshold_at_far(scores, issame, far: float) -> float:
     return tar_at_far(scores, issame, [far])[float(far)]["threshold"]
 
 
+def as_unit(x: torch.Tensor) -> torch.Tensor:
+    """Images in [-1, 1] (the data's range) -> [0, 1], the range of PSNR / SSIM and of the pictures."""
+    return (x + 1) / 2
+
+
 def pair_threshold(embeddings: torch.Tensor, identities, far: float) -> float:
     """The threshold at `far` on every distinct pair of `embeddings` (same when their identities match)."""
     identities = np.asarray(identities)

@@ -15,7 +15,7 @@ from .client_audit import attack_clients, attack_cohort
 from .identity import identity_scores
 from .report import write_png
 from .run_view import Refused, RunView
-from .scoring import score_reconstructions
+from .scoring import as_unit, score_reconstructions
 from .silo_targets import invert_silo, silo_target
 
 NAME = "inversion"
@@ -48,11 +48,6 @@ def dp_of(view) -> dict:
     if not received["dp"]:
         return {"dp": None, "noise_multiplier": None}
     return {"dp": "distributed" if received["secure"] else "central", "noise_multiplier": float(dp.noise_multiplier)}
-
-
-def as_unit(x: torch.Tensor) -> torch.Tensor:
-    """[-1, 1] -> [0, 1], the range of PSNR / SSIM and of the picture."""
-    return (x + 1) / 2
 
 
 def reconstruction(found_objective: float, count: int, psnr, ssim, options) -> dict:
