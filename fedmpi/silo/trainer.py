@@ -68,11 +68,11 @@ class Trainer:
         self.classifier = head.classifier
         self.forward = self.speed.compiled(self.model)
         self.loss = self.speed.compiled(self.classifier) if group is None else self.classifier
-        self.algo_state, self.previous_global = rule_state(self.algorithm, self.state.trainable, self.node,
-                                                           self.down.trainable)
         self.objective = self.training.objective(self.algorithm.options, party_training(
             cfg, self.party, self.rank, self.groups, head, self.backbone, self.state, self.global_theta,
             self.dataset, self.batch_size, self.speed, parts.new_model, self.device, self.dtype))
+        self.algo_state, self.previous_global = rule_state(self.algorithm, self.state.trainable, self.node,
+                                                           self.down.trainable)
         self.algo_state.update(self.objective.state())     # kept, checkpointed and restored with the rule's
         self.stepped = step_parts(self.objective, self.classifier, party_gradients, group, cfg.optim,
                                   self.speed.fused)
