@@ -179,11 +179,11 @@ class LeaderUpload:
 def leader_upload(cfg, ctx, up_numel: int, backbone: int):
     """The leader's upload, masked under fed.secure_aggregation; each party weighs its batch per step over the
     largest (fed.weighting=batch: public, from the config) or 1."""
+    plain = LeaderUpload(ctx.groups.leaders)
     parties = ctx.layout.parties
     sizes = (None if cfg.fed.weighting == "uniform"
              else np.array(list(party_batches(cfg, ctx.layout).values()), dtype=np.float64))
-    return secure_or_plain(cfg, LeaderUpload(ctx.groups.leaders), ctx.control, lambda i: f"party {parties[i].name}",
-                           sizes, backbone, up_numel)
+    return secure_or_plain(cfg, plain, ctx.control, lambda i: f"party {parties[i].name}", sizes, backbone, up_numel)
 
 
 def send_local(upload: torch.Tensor, leaders) -> None:
