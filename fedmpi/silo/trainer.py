@@ -58,7 +58,8 @@ class Trainer:
         self.global_theta = self.down.theta
         self.attack = party_attack(cfg, self.party.name)      # scale 1.0, no rows short: an honest party
         # the leader's upload, masked under fed.secure_aggregation (core/secure_participant.py)
-        self.uploads = leader_upload(cfg, ctx, self.up.flat.numel(), self.state.numel) if self.is_leader else None
+        self.uploads = (leader_upload(cfg, ctx.layout, self.groups.leaders, self.control, self.up.flat.numel(),
+                                      self.state.numel) if self.is_leader else None)
         self.take_global()
         group = self.groups.party
         self.precision = Precision(cfg.optim.amp, self.device, group=group, weight_cache=not self.speed.graphs)
