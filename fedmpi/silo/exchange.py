@@ -24,7 +24,7 @@ from fedmpi.comm.node_share import keepers
 from fedmpi.core.context import Control, Groups
 from fedmpi.core.seams import RoundStats, round_statistics
 from fedmpi.core.secure_participant import secure_or_plain
-from fedmpi.layout import SERVER, Party, party_batches
+from fedmpi.layout import SERVER, Layout, Party, party_batches
 
 
 class SiloExchange:
@@ -176,14 +176,15 @@ class LeaderUpload:
         pass
 
 
-def leader_upload(cfg, ctx, up_numel: int, backbone: int):
-    """The leader's upload, masked under fed.secure_aggregation; each party weighs its batch per step over the
-    largest (fed.weighting=batch: public, from the config) or 1."""
-    parties = ctx.layout.parties
+def leader_upload(cfg, layout: Layout, leaders, control: Control, up_numel: int, backbone: int):
+    """The leader's upload over the `leaders` group, masked under fed.secure_aggregation (its session on the
+    `control` channel); each party weighs its batch per step over the largest (fed.weighting=batch: public, from
+    the config) or 1."""
+    plain = LeaderUpload(leaders)
     sizes = (None if cfg.fed.weighting == "uniform"
-             else np.array(list(party_batches(cfg, ctx.layout).values()), dtype=np.float64))
-    return secure_or_plain(cfg, LeaderUpload(ctx.groups.leaders), ctx.control, lambda i: f"party {parties[i].name}",
-                           sizes, backbone, up_numel)
+             else np.array(list(party_batches(cfg, layout).values()), dtype=np.float64))
+    return secure_or_plain(cfg, plain, control, lambda i: f"party {layout.parties[i].name}", sizes, backbone,
+                           up_numel)
 
 
 def send_local(upload: torch.Tensor, leaders) -> None:

@@ -1,6 +1,7 @@
 """What a silo trainer rank (silo/trainer.py) is made of besides its model, each built by one function from what
-it is given: the exchange's buffers, the party's margin classifier and its optimizer, the rule's trainer state,
-and what the local objective adds to the step (its parameters, their optimizer, the party-mean gradients)."""
+it is given: the exchange's buffers, the party's margin classifier, the rule's trainer state, and what a local
+step updates beside the backbone (the classifier's and the objective's parameters, their momentum SGDs, the
+party-mean gradients)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,26 +28,23 @@ def exchange_buffers(state, algorithm, is_leader: bool, node, speed, device, dty
 @dataclass
 class PartyHead:
     """The party's margin classifier over its identities (and over data.public's after them, for a training
-    that reads them: `public`, else None), its initial rows drawn from `seed`, and its momentum SGD (eq. 1-2)."""
+    that reads them: `public`, else None), its initial rows drawn from `seed`."""
     classifier: Any
-    optimizer: MomentumSGD
     seed: int
     public: Any
 
 
-def party_head(cfg, party, dataset, training, group, fused: bool, device, dtype) -> PartyHead:
+def party_head(cfg, party, dataset, training, group, device, dtype) -> PartyHead:
     from fedmpi.models.classifier import build_classifier
 
-    m, o = cfg.model, cfg.optim
+    m = cfg.model
     public = open_public(cfg) if training.public_identities else None
     seed = cfg.run.seed + 1 + party.index
     classes = dataset.num_classes + (public.num_classes if public is not None else 0)
     classifier = build_classifier(classes, m.embedding_size, kind=m.head, scale=m.scale, margin=cfg.margin,
                                   group=group, mode=m.classifier, sample_rate=m.sample_rate, seed=seed,
                                   dtype=dtype).to(device)
-    optimizer = MomentumSGD(classifier.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
-                            fused=fused)  # eq. 1-2
-    return PartyHead(classifier, optimizer, seed, public)
+    return PartyHead(classifier, seed, public)
 
 
 def rule_state(algorithm, trainable, node, down_trainable) -> tuple[dict, Any]:
@@ -61,21 +59,29 @@ def rule_state(algorithm, trainable, node, down_trainable) -> tuple[dict, Any]:
 @dataclass
 class StepParts:
     """What a local step updates beside the backbone: `extra` (the classifier's parameters, then the objective's
-    own), stepped by `optimizers` (the classifier's, then one momentum SGD over the objective's, as the
+    own), stepped by `optimizers` (the classifier's momentum SGD, eq. 1-2, then one over the objective's, as the
     classifier's), and `averaged`, the gradients made the party's mean after backward."""
     extra: list
     optimizers: list
     averaged: list
 
+    @property
+    def classifier_optimizer(self) -> MomentumSGD:
+        return self.optimizers[0]
 
-def step_parts(objective, head: PartyHead, party_gradients, group, optim) -> StepParts:
-    """The objective's own parameters stepped as the classifier's are, their gradients the party's mean as the
-    backbone's (DDP averages a GPU party's backbone in backward; `party_gradients` a CPU party's, else None)."""
+
+def step_parts(objective, classifier, party_gradients, group, optim, fused: bool) -> StepParts:
+    """The classifier's parameters and the objective's own, each stepped by a momentum SGD at optim's lr,
+    momentum and weight decay (the classifier's `fused` where the GPU runs it so); the objective's gradients the
+    party's mean as the backbone's (DDP averages a GPU party's backbone in backward; `party_gradients` a CPU
+    party's, else None)."""
+    o = optim
     own = objective.parameters()
-    optimizers = [head.optimizer]
+    optimizers = [MomentumSGD(classifier.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
+                              fused=fused)]   # eq. 1-2
     if own:
-        optimizers.append(MomentumSGD(own, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay))
+        optimizers.append(MomentumSGD(own, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay))
     averaged = [g for g in (party_gradients,) if g is not None]
     if own and group is not None:
         averaged.append(PartyGradients(own, group))
-    return StepParts([*head.classifier.parameters(), *own], optimizers, averaged)
+    return StepParts([*classifier.parameters(), *own], optimizers, averaged)

@@ -58,24 +58,26 @@ class Trainer:
         self.global_theta = self.down.theta
         self.attack = party_attack(cfg, self.party.name)      # scale 1.0, no rows short: an honest party
         # the leader's upload, masked under fed.secure_aggregation (core/secure_participant.py)
-        self.uploads = leader_upload(cfg, ctx, self.up.flat.numel(), self.state.numel) if self.is_leader else None
+        self.uploads = (leader_upload(cfg, ctx.layout, self.groups.leaders, self.control, self.up.flat.numel(),
+                                      self.state.numel) if self.is_leader else None)
         self.take_global()
         group = self.groups.party
         self.precision = Precision(cfg.optim.amp, self.device, group=group, weight_cache=not self.speed.graphs)
         self.speed.capture(self.backbone, self.state, self.batch_size, cfg.data.image_size, self.precision.autocast)
         self.model, party_gradients = party_model(self.backbone, self.state.trainable, group, cfg.run, self.device)
-        head = party_head(cfg, self.party, self.dataset, self.training, group, self.speed.fused, self.device,
-                          self.dtype)
-        self.classifier, self.classifier_opt = head.classifier, head.optimizer
+        head = party_head(cfg, self.party, self.dataset, self.training, group, self.device, self.dtype)
+        self.classifier = head.classifier
         self.forward = self.speed.compiled(self.model)
         self.loss = self.speed.compiled(self.classifier) if group is None else self.classifier
-        self.algo_state, self.previous_global = rule_state(self.algorithm, self.state.trainable, self.node,
-                                                           self.down.trainable)
         self.objective = self.training.objective(self.algorithm.options, party_training(
             cfg, self.party, self.rank, self.groups, head, self.backbone, self.state, self.global_theta,
             self.dataset, self.batch_size, self.speed, parts.new_model, self.device, self.dtype))
+        self.algo_state, self.previous_global = rule_state(self.algorithm, self.state.trainable, self.node,
+                                                           self.down.trainable)
         self.algo_state.update(self.objective.state())     # kept, checkpointed and restored with the rule's
-        self.stepped = step_parts(self.objective, head, party_gradients, group, cfg.optim)
+        self.stepped = step_parts(self.objective, self.classifier, party_gradients, group, cfg.optim,
+                                  self.speed.fused)
+        self.classifier_opt = self.stepped.classifier_optimizer
         self.personal_evaluation = (PersonalEvaluation(cfg, ctx.layout, self.party, self.dataset, heldout,
                                                        self.device, self.dtype)
                                     if heldout is not None and self.is_leader else None)

@@ -53,13 +53,13 @@ class FedFRObjective(LocalObjective):
         d = party.backbone.embedding_size
         # V_k starts as the party's classifier rows W_k (the same seeded rows, on every rank of any rank count)
         rows = init_class_centres(party.classifier_seed, 0, self.identities, d, party.dtype).to(party.device)
-        o = options
-        self.head = PersonalHead(rows, o.bce_scale, o.bce_margin, o.bce_lambda, o.bce_power).to(party.device)
         # the public rows of every round ("reset") or of round 1 ("keep"): the pretrained classifier
         # (model.init_classifier), else the classifier's own seeded rows of those classes
         self.public_rows = (party.public_classifier if party.public_classifier is not None or self.public is None
                             else init_class_centres(party.classifier_seed, self.identities,
                                                     self.identities + self.public_classes, d, torch.float64))
+        o = options
+        self.head = PersonalHead(rows, o.bce_scale, o.bce_margin, o.bce_lambda, o.bce_power).to(party.device)
         self.global_copy, self.previous_copy = party.frozen_copy(), party.frozen_copy()
         self.previous = party.random_state(int(np.random.SeedSequence([party.seed, party.party_index,
                                                                          RANDOM_SALT]).generate_state(1)[0]))
