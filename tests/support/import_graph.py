@@ -49,6 +49,7 @@ ONLY_IMPORTS = {
 # The rules do arithmetic; the roles communicate (the silo hands a part the collectives it needs).
 ARITHMETIC_ONLY = {"fedmpi.algorithms": ("torch.distributed", "mpi4py", "fedmpi.comm")}
 LONG_MODULE = 250
+LONG_FUNCTION = 60
 TEST_FOLDERS = ("unit", "mpi", "cluster", "support")
 
 
@@ -247,6 +248,18 @@ def lines_per_package(files: dict[str, Path]) -> dict[str, int]:
 def long_modules(files: dict[str, Path], limit=LONG_MODULE) -> list[tuple[str, int]]:
     sized = ((module, len(path.read_text().splitlines())) for module, path in files.items())
     return sorted(((m, n) for m, n in sized if n > limit), key=lambda item: -item[1])
+
+
+def long_functions(files: dict[str, Path], limit=LONG_FUNCTION) -> list[tuple[str, int]]:
+    """(module.function, lines) of every function or method longer than `limit` lines, its def line to its last."""
+    found = []
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append((f"{module}.{node.name}", lines))
+    return sorted(found, key=lambda item: -item[1])
 
 
 def main() -> int:

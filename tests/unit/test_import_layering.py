@@ -1,6 +1,6 @@
 """The tree's imports, read with ast (tests/support/import_graph.py): no circles, no arrow against LAYERS."""
-from import_graph import (LAYERS, circles, communicating, import_graph, inner_arrows, reaching_out,
-                          source_files, upward_arrows)
+from import_graph import (LAYERS, circles, communicating, import_graph, inner_arrows, long_functions,
+                          long_modules, reaching_out, source_files, upward_arrows)
 from option_reads import reading_options
 
 
@@ -32,6 +32,22 @@ def test_the_settings_read_no_methods_options():
     """A class part's setting-side code (silo/, crossdevice/) calls the part's contract only: no method's option is
     read there, so that a new part runs in both settings with no change to them (tests/mpi/test_toy_summary_mpi.py)."""
     assert reading_options(source_files()) == []
+
+
+def test_small_files_and_short_functions_outside_bench_and_tests():
+    """The library, the jobs and the tools read in small pieces: no module over 250 lines, no function over 60
+    (bench/'s one-file benchmarks and the tests are left out)."""
+    files = source_files(("fedmpi", "jobs", "tools"))
+    assert long_modules(files) == []
+    assert long_functions(files) == []
+
+
+def test_the_size_checks_see_a_long_module_and_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    (tmp_path / "long.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n" + "\n" * 200)
+    files = {"fedmpi.long": tmp_path / "long.py"}
+    assert long_functions(files) == [("fedmpi.long.long", 61)]
+    assert long_modules(files) == [("fedmpi.long", 265)]
 
 
 def test_the_graph_sees_circles_and_upward_arrows(tmp_path, monkeypatch):
