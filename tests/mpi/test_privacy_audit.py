@@ -3,7 +3,9 @@ run under secure aggregation with distributed DP its round 1 (log.record_receive
 launch of shared runs), and `python -m tools.audit` attacks party b's upload from the command line, the plain
 run's aggregate and the secure run's sum in process: each report is written into its own folder, nothing else in
 the run's, with numbers in range and the participants summed and z named; a round not recorded, an upload not in
-the round, missing ground-truth data and a setting it cannot attack are refused in one line. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
+the round, missing ground-truth data, a setting it cannot attack and, past round 1 of a run without model.init,
+identity scoring without an independent model (--evaluation-model, which scores party b's upload) are refused in
+one line. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
 its clients re-identify their owners well above chance, and membership sets the clients sampled against those
 never sampled; silo FedAwS and PrivacyFace runs record every party's rows and clusters with their senders; the
 silo FedAvg run is refused both, naming what it uploads."""
@@ -48,6 +50,17 @@ def audit(*args):
                           timeout=600)
 
 
+def independent_model(run, folder: Path) -> Path:
+    """A backbone of the run's configuration that trained on nothing (seed 1), as --evaluation-model's file."""
+    from fedmpi.audit.run_view import run_config
+    from fedmpi.models.backbone import build_backbone
+
+    path = folder / "independent.pth"
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(build_backbone(run_config(run), torch.device("cpu"), torch.float32, seed=1).state_dict(), path)
+    return path
+
+
 def test_the_recording_holds_each_upload_and_the_model_the_run_ended_with(shared_runs):
     run = shared_runs[RECORDED]
     with h5py.File(run / "received" / "round-2.h5") as f:
@@ -60,7 +73,9 @@ def test_the_recording_holds_each_upload_and_the_model_the_run_ended_with(shared
 def test_the_audit_reports_into_its_own_folder(shared_runs, tmp_path):
     run = shared_runs[RECORDED]
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
-    done = audit(run, "--round", 2, "--party", "b", "--iterations", 5, "--out", tmp_path / "report")
+    independent = independent_model(run, tmp_path / "model")
+    done = audit(run, "--round", 2, "--party", "b", "--iterations", 5, "--evaluation-model", independent,
+                 "--out", tmp_path / "report")
     assert done.returncode == 0, done.stderr
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["audit.json", "audit.md",
@@ -70,12 +85,15 @@ def test_the_audit_reports_into_its_own_folder(shared_runs, tmp_path):
     assert report["inversion"]["upload"] == "b" and inversion["count"] == 8 and len(inversion["psnr"]) == 8
     assert 0 < inversion["psnr_mean"] < 60 and -1 <= inversion["ssim_mean"] <= 1
     assert 0 <= identity["recovered"] <= 1 and 0 <= identity["chance"] <= 1
+    assert identity["model"] == f"{independent} (--evaluation-model)"
     assert "identity recovered at FAR 0.01" in (tmp_path / "report" / "audit.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
     (["--round", 1], r"round 1 was not recorded: \S+ holds rounds \[2\] \(record it with log.record_received=\[1\]\)"),
     (["--round", 2, "--party", "c"], r"--party c: round 2 holds the uploads of a, b"),
+    (["--round", 2], r"round 2: Θ before it trained on the participants' data and the run has no model.init to "
+                     r"score identity with: name an independent model by --evaluation-model PATH"),
     (["--round", 2, "--data-root", "/nonexistent"],
      r"the ground truth of party a is missing \(data.root=/nonexistent\): /nonexistent/synthetic-ms1m-\w+ not found$"),
 ])
@@ -114,7 +132,9 @@ def test_the_sum_under_secure_aggregation_and_distributed_dp_is_attacked(shared_
 
 
 def test_a_plain_runs_aggregate_is_attacked_as_the_secure_runs_is(shared_runs, tmp_path):
-    result = inversion_in_process(shared_runs[RECORDED], tmp_path, "--round", 2, "--upload", "aggregate")
+    run = shared_runs[RECORDED]
+    result = inversion_in_process(run, tmp_path / "report", "--round", 2, "--upload", "aggregate",
+                                  "--evaluation-model", independent_model(run, tmp_path / "model"))
     assert result["target"] == "aggregate" and result["participants"] == 2 and result["dp"] is None
     assert result["received"] == "each upload in the clear" and result["reconstruction"]["count"] == 24
 
