@@ -182,8 +182,8 @@ def test_fedaws_rows_across_devices_reidentify_their_owners(shared_runs, tmp_pat
 @pytest.mark.parametrize("attack, message", [
     ("templates", "round 2 holds no class rows or clusters: fed.algorithm=fedavg uploads backbone "
                   r"\(class rows: fedaws, fedgc; clusters: privacyface\)$"),
-    ("membership", "a silo run trains on every identity its parties hold: membership needs identities of the "
-                   "same set that Θ never saw"),
+    ("membership", "a silo run trains on every identity its parties hold: name held-out identities of the same "
+                   r"distribution that no party holds by --nonmembers DIR \[DIR ...\]"),
 ])
 def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, capsys, attack, message):
     assert main([str(shared_runs[RECORDED]), "--round", "2", "--attack", attack,
