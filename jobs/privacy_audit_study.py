@@ -99,7 +99,7 @@ SETTINGS = {
     "pfm-silo": Setting("PFM, silo", "silo", ("fed.algorithm=pfm",), (ONE,)),
     "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), (ROWS,)),
     "fedfr-silo": Setting("FedFR, silo", "silo", FEDFR, (ONE, ROWS, SILO_MEMBERS), refused=(0, 1),
-                          received="each party's θ_k and its weight |D_k ∪ H_k|, in the clear"),
+                          received="each party's θ_k beside its weight (its images and hard negatives), in the clear"),
     "fedaws-phone": Setting("FedAwS (FedFR's form), a phone per person", "phone",
                             tuple(DEVICE_METHODS["fedaws-fedfr"][1]), (CLIENTS, ROWS, MEMBERS)),
     "privacyface-albums": Setting(f"PrivacyFace, albums of {ALBUM}", "phone", tuple(DEVICE_METHODS["privacyface"][1]),
