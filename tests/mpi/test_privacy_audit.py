@@ -5,7 +5,7 @@ run's aggregate and the secure run's sum in process: each report is written into
 the run's, with numbers in range and the participants summed and z named; a round not recorded, an upload not in
 the round, missing ground-truth data, a setting it cannot attack and, past round 1 of a run without model.init,
 identity scoring without an independent model (--evaluation-model, which scores party b's upload) are refused in
-one line. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
+one line; membership in the silo run is scored against held-out identities of its parties' styles. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
 its clients re-identify their owners well above chance, and membership sets the clients sampled against those
 never sampled; silo FedAwS and PrivacyFace runs record every party's rows and clusters with their senders; the
 silo FedAvg run is refused both, naming what it uploads."""
@@ -191,6 +191,34 @@ def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, c
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and re.match(f"audit: {message}", said), said
     assert not (tmp_path / "report").exists()
+
+
+def test_silo_membership_is_scored_against_heldout_identities_no_party_holds(shared_runs, tmp_path, capsys):
+    """Each party's style's next identities (sets.prepare_heldout_identities) are the non-members of its 7 + 5
+    identities; a party's own folder named as non-members is refused, naming the party."""
+    from dataclasses import replace
+
+    from fedmpi.audit.run_view import run_config
+    from fedmpi.data.sets import prepare_heldout_identities, synthetic_folder
+    from fedmpi.layout import build_layout
+
+    run = shared_runs[RECORDED]
+    cfg = run_config(run)
+    specs = [spec for party in build_layout(cfg).parties for spec in party.specs]
+    data = replace(cfg.data, root=str(tmp_path / "data"))
+    folders = [str(prepare_heldout_identities(spec, data, first=spec.identities)) for spec in specs]
+    assert main([str(run), "--round", "2", "--attack", "membership", "--nonmembers", *folders,
+                 "--out", str(tmp_path / "report")]) == 0
+    result = json.loads((tmp_path / "report" / "audit.json").read_text())["membership"]
+    assert result["members"] == result["nonmembers"] == 12 and 0 <= result["auc"] <= 1 and result["dp"] == {}
+    assert result["nonmember_source"] == f"held-out identities no party holds (--nonmembers {' '.join(folders)})"
+    own = synthetic_folder(specs[0], cfg.data)
+    capsys.readouterr()
+    assert main([str(run), "--round", "2", "--attack", "membership", "--nonmembers", str(own),
+                 "--out", str(tmp_path / "no")]) == 2
+    assert re.fullmatch(rf"audit: --nonmembers {own}: 7 of its identities are party a's \(identity id [0-9a-f]+\): "
+                        r"non-members must be identities no party trained on", capsys.readouterr().err.strip())
+    assert not (tmp_path / "no").exists()
 
 
 def test_silo_class_rows_and_clusters_are_recorded_with_their_senders(shared_runs, tmp_path):

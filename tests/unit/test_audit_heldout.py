@@ -60,3 +60,13 @@ def test_a_folder_that_is_not_recordio_is_refused_in_one_line(tmp_path):
         read_folder(cfg, Path(tmp_path))
     assert str(refusal.value) == (f"--nonmembers {tmp_path}: no train.rec (a folder of held-out identities in "
                                   f"RecordIO, train.rec and train.idx, as a party's data.kind=rec)")
+
+
+def test_a_device_runs_nonmembers_are_its_clients_never_sampled_not_a_folder():
+    from fedmpi.audit import membership_audit
+
+    view = SimpleNamespace(cfg=SimpleNamespace(cross_device=True))
+    with pytest.raises(Refused) as refusal:
+        membership_audit.run(view, SimpleNamespace(nonmembers=["held-out"]))
+    assert str(refusal.value) == ("--nonmembers: a cross-device run's non-members are its face clients never "
+                                  "sampled; the option serves a silo run")
