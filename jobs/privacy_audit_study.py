@@ -4,11 +4,14 @@ docs/results/privacy-audit-cpu/): small runs from one pretrained start, each rec
 attack × setting and the reconstructions beside their originals (fedmpi/analysis/privacy_audit_results.py).
 
 The start is the faces-devices study's public pretraining (jobs/faces_devices_study.py, the synthetic public
-identities, none of them a participant's), so the evaluation model that scores identity has not seen the
-participants' data when the audited round is the first. Settings (SETTINGS): silo parties (FedAvg, PFM, FedAwS,
-FedFR; secure aggregation over 2, 3 and 6 parties; central DP and distributed DP at several z) and one identity per
-phone (positive-only FedAvg with cohorts of 2, 4 and 8, FedAwS, PrivacyFace on albums). With --lock FILE each run and
-each audit holds FILE only while it runs; runs and audits already in the folder are reused.
+identities, none of them a participant's): the audit's evaluation model (model.init) that scores identity has not
+seen the participants' data. Settings (SETTINGS): silo parties (FedAvg, PFM, FedAwS, FedFR; secure aggregation over
+2, 3 and 6 parties; central DP and distributed DP at several z) and one identity per phone (positive-only FedAvg with
+cohorts of 2, 4 and 8, FedAwS, PrivacyFace on albums). Membership in the silo is scored against held-out identities
+of each party's style that the study writes with the parties' synthetic generator (nonmember_folders). An audit the
+tool refuses for what the method sends (FedFR's: Setting.refused) is a finding: its one-line refusal is kept in
+the audit's folder (refused.json) and shown in the table. With --lock FILE each run and each audit holds FILE only
+while it runs; runs and audits already in the folder are reused.
 
     python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu [--scale cpu|tiny] [--lock FILE]
     python -m jobs.privacy_audit_study --folder docs/results/privacy-audit-cpu --only fedavg-phone-4
@@ -49,6 +52,9 @@ class Setting:
     parties: int = 3                        # silo parties
     cohort: int = 4                         # clients a round (phone)
     album: int = 1                          # identities a client (phone)
+    refused: tuple[int, ...] = ()           # the audits whose refusal is the finding (the method sends nothing
+                                            # the attack reads), kept as the table's row
+    received: str = ""                      # what its server receives, for those rows
 
 
 INVERT = ("--attack", "inversion")
@@ -57,13 +63,19 @@ SUM = (*INVERT, "--upload", "aggregate")              # Θ_after − Θ_before: 
 CLIENTS = (*INVERT, "--client", "all")                # each device client's upload of the round, apart
 ROWS = ("--attack", "templates")                      # the class rows or clusters re-identified
 MEMBERS = ("--attack", "membership", "--round", "LAST")   # on Θ after the run's last round (recorded too)
+SILO_MEMBERS = (*MEMBERS, "--nonmembers", "HELDOUT")     # against held-out identities of the parties' styles
 DP = ("fed.dp.enabled=true", "fed.dp.clip=1.0")
 SECURE = ("fed.secure_aggregation.mode=secagg",)
 # DP's noise multipliers: at clip C = 1 over 3 parties the mean's noise has norm about z/3 · sqrt(D) = 290 z
 # (D = 767,872), against an update of norm at most 1; at z = 3 the model was destroyed in one round
 Z = (0.01, 0.1, 1.0)
+# FedFR (docs/BASELINES.md): the public set the start was trained on at every party, CosFace s = 30, m = 0.4; one
+# local epoch a round over the party's images and its hard negatives (the authors' 10, 8, 6, 4, ... would make a
+# round of these 4-image batches hundreds of steps)
+FEDFR = ("fed.algorithm=fedfr", "model.head=cosface", "model.scale=30", "model.margin=0.4",
+         "data.public.kind=synthetic", "fed.options.first_epochs=1", "fed.options.epoch_step=0", "fed.options.min_epochs=1")
 SETTINGS = {
-    "fedavg-silo": Setting("FedAvg, silo", "silo", ("fed.algorithm=fedavg",), (ONE,)),
+    "fedavg-silo": Setting("FedAvg, silo", "silo", ("fed.algorithm=fedavg",), (ONE, SILO_MEMBERS)),
     "secagg-2": Setting("FedAvg, secure aggregation over 2 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
                         (SUM,), parties=2),
     "secagg-3": Setting("FedAvg, secure aggregation over 3 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
@@ -71,7 +83,8 @@ SETTINGS = {
     "secagg-6": Setting("FedAvg, secure aggregation over 6 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
                         (SUM,), parties=6),
     **{f"cdp-z{z:g}": Setting(f"FedAvg, central DP z = {z:g}", "silo",
-                              ("fed.algorithm=fedavg", *DP, f"fed.dp.noise_multiplier={z}"), (SUM,))
+                              ("fed.algorithm=fedavg", *DP, f"fed.dp.noise_multiplier={z}"),
+                              (SUM, SILO_MEMBERS) if z == 1 else (SUM,))
        for z in Z},
     **{f"ddp-z{z:g}": Setting(f"FedAvg, secure aggregation + distributed DP z = {z:g}", "silo",
                               ("fed.algorithm=fedavg", *SECURE, *DP, f"fed.dp.noise_multiplier={z}"), (SUM,))
@@ -85,6 +98,8 @@ SETTINGS = {
                                     (SUM, ROWS, MEMBERS) if z == 1 else (SUM,)) for z in Z},
     "pfm-silo": Setting("PFM, silo", "silo", ("fed.algorithm=pfm",), (ONE,)),
     "fedaws-silo": Setting("FedAwS, silo", "silo", ("fed.algorithm=fedaws",), (ROWS,)),
+    "fedfr-silo": Setting("FedFR, silo", "silo", FEDFR, (ONE, ROWS, SILO_MEMBERS), refused=(0, 1),
+                          received="each party's θ_k beside its weight (its images and hard negatives), in the clear"),
     "fedaws-phone": Setting("FedAwS (FedFR's form), a phone per person", "phone",
                             tuple(DEVICE_METHODS["fedaws-fedfr"][1]), (CLIENTS, ROWS, MEMBERS)),
     "privacyface-albums": Setting(f"PrivacyFace, albums of {ALBUM}", "phone", tuple(DEVICE_METHODS["privacyface"][1]),
@@ -105,6 +120,8 @@ def run_args(setting: Setting, s: dict, start: Path, folder: Path, name: str) ->
               f"log.name={name}", f"data.val_pairs_per_fold={s['pairs']}", f"log.record_received=[1,{s['rounds']}]",
               "run.seed=0"]
     if setting.place == "silo":
+        public = [f"data.public.identities={s['public'][0]}", f"data.public.images_per_identity={s['public'][1]}"]
+        common += public if "fed.algorithm=fedfr" in setting.overrides else []     # the start's own public set
         return setting.parties + 1, ["--config", "configs/demo_cpu.yaml", party_layout(s, setting.parties),
                                      *common, "fv.enabled=false", f"optim.batch_size={s['batch']}",
                                      f"fed.K={s['K']}", f"optim.steps_per_epoch={s['K']}",
@@ -125,17 +142,41 @@ def run_setting(folder: Path, s: dict, start: Path, key: str, lock: str | None) 
     return run
 
 
+def nonmember_folders(run: Path) -> list[str]:
+    """Held-out identities of each party's style, as many as the party holds, drawn by the parties' generator at
+    the indices after the party's (other people: an identity's key is a function of its index), written once
+    under the run's data.root."""
+    from fedmpi.audit.run_view import run_config
+    from fedmpi.data.sets import prepare_heldout_identities
+    from fedmpi.layout import build_layout
+
+    cfg = run_config(run)
+    return list(dict.fromkeys(str(prepare_heldout_identities(spec, cfg.data, first=spec.identities))
+                              for party in build_layout(cfg).parties for spec in party.specs))
+
+
+def audit_arguments(arguments: tuple, s: dict, run: Path) -> list[str]:
+    last = [str(s["rounds"]) if a == "LAST" else a for a in arguments]
+    return [b for a in last for b in (nonmember_folders(run) if a == "HELDOUT" else [a])]
+
+
 def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) -> list[Path]:
-    """Each audit of the setting's first recorded round, into folder/audits/KEY-N (reused when there)."""
+    """Each audit of the setting's first recorded round, into folder/audits/KEY-N (reused when there); an
+    expected refusal (Setting.refused) kept as KEY-N/refused.json."""
     outs = []
-    for arguments, out in zip(SETTINGS[key].audits, audit_folders(folder, key)):
-        if not (out / "audit.json").is_file():
-            arguments = [str(s["rounds"]) if a == "LAST" else a for a in arguments]
+    for n, (arguments, out) in enumerate(zip(SETTINGS[key].audits, audit_folders(folder, key))):
+        if not (out / "audit.json").is_file() and not (out / "refused.json").is_file():
+            arguments = audit_arguments(arguments, s, run)
             with LockHolder(lock):
                 done = subprocess.run([sys.executable, "-m", "tools.audit", str(run), "--round", "1", *arguments,
                                        "--iterations", str(s["iterations"]), "--tv", str(s["tv"]), "--out", str(out)],
                                       capture_output=True, text=True)
-            if done.returncode != 0:
+            if done.returncode == 2 and n in SETTINGS[key].refused:
+                out.mkdir(parents=True, exist_ok=True)
+                refusal = done.stderr.strip().splitlines()[-1].removeprefix("audit: ")
+                (out / "refused.json").write_text(json.dumps({"attack": arguments[1], "refused": refusal,
+                                                              "received": SETTINGS[key].received}, indent=1) + "\n")
+            elif done.returncode != 0:
                 sys.exit(f"the audit of {key} ({' '.join(arguments)}) failed: {done.stderr.strip()[-1500:]}")
         outs.append(out)
     return outs
@@ -146,7 +187,8 @@ def audit_folders(folder: Path, key: str) -> list[Path]:
 
 
 def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
-    missing = [str(a) for key in keys for a in audit_folders(folder, key) if not (a / "audit.json").is_file()]
+    missing = [str(a) for key in keys for a in audit_folders(folder, key)
+               if not (a / "audit.json").is_file() and not (a / "refused.json").is_file()]
     missing += [key for key in keys if not (folder / "runs" / key / "log.h5").is_file()]
     if missing:
         sys.exit(f"--report-only: {folder} lacks {missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1

@@ -8,12 +8,14 @@ server held and scored against the participants' own data (read from the run's d
   inversion   the images behind one upload (a silo party's, --party; device clients', --client) or behind the
               round's aggregate (--upload aggregate; under secure aggregation the only view) reconstructed by
               simulating the participants' local steps, scored by PSNR / SSIM and by identity at --far against
-              chance (fedmpi/audit/update_audit.py)
+              chance, under a model that did not train on the participants' data: the run's model.init, or
+              --evaluation-model (fedmpi/audit/update_audit.py, evaluation.py)
   templates   the class rows uploaded beside θ (FedAwS / FedGC) re-identified against every participant's
               template, top-1 and at --far against chance 1 / gallery; PrivacyFace's clusters: the identities
               inside each cone beside the ε spent (fedmpi/audit/template_audit.py)
   membership  identity membership inference on Θ after the round (AUC), beside the run's accounted ε and the
-              AUC that (ε, δ) permits (fedmpi/audit/membership_audit.py)
+              AUC that (ε, δ) permits; in the silo against the held-out identities of --nonmembers
+              (fedmpi/audit/membership_audit.py)
 
 Writes audit.json, audit.md and the attacks' pictures into DIR (default RUN/audit-rR) and nothing else.
 docs/PRIVACY_AUDIT.md says what is attacked and what not.
@@ -49,6 +51,12 @@ def parse_args(argv=None):
     parser.add_argument("--restarts", type=int, default=1)
     parser.add_argument("--tv", type=float, default=1e-4, help="inversion: the weight α of the total-variation "
                                                               "prior beside the cosine distance (Geiping et al.)")
+    parser.add_argument("--evaluation-model", metavar="PATH",
+                        help="inversion: the model that scores identity, a state_dict of the run's backbone that did "
+                             "not train on the participants' data (default: the run's model.init)")
+    parser.add_argument("--nonmembers", nargs="+", metavar="DIR",
+                        help="membership in a silo run: folders (RecordIO train.rec / train.idx) of held-out "
+                             "identities of the parties' distribution that no party holds")
     parser.add_argument("--far", type=float, default=0.01, help="the FAR of the identity threshold")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", help="where the run's data is now (default: the run's data.root)")

@@ -66,8 +66,21 @@ def cells(results: dict) -> dict:
     return out
 
 
+# an audit the tool refused for what the method sends: its line, never a number that would read as a defence
+REFUSED = "why the attack does not apply (the audit's refusal)"
+
+
+def read_refusal(run: Path, out: Path) -> dict:
+    """One row of an audit the tool refused (the study's refused.json): what the server received, the refusal."""
+    refused = json.loads((out / "refused.json").read_text())
+    return {"cells": {REFUSED: refused["refused"]}, **utility(run), "received": refused["received"],
+            "attacked": f"{refused['attack']}: not applicable", "pictures": []}
+
+
 def read_audit(run: Path, out: Path) -> dict:
     """One row: an audit's headline numbers, what the server received and what was attacked, the run's utility."""
+    if (out / "refused.json").is_file():
+        return read_refusal(run, out)
     whole = json.loads((out / "audit.json").read_text())
     report = {k: v for k, v in whole.items() if isinstance(v, dict)}
     name, first = next(iter(report.items()), ("", {}))

@@ -63,8 +63,9 @@ def invert_clients(view, observed: torch.Tensor, clients: list, pool: dict, weig
     return found, [len(plan) for plan in plans], steps[0].words
 
 
-def attack_clients(view, options) -> dict:
-    """Every attacked client's upload inverted and scored apart; the parts of the inversion's result."""
+def attack_clients(view, options, evaluation) -> dict:
+    """Every attacked client's upload inverted and scored apart, identity under `evaluation` (evaluation.py); the
+    parts of the inversion's result."""
     clients = attacked_clients(view, getattr(options, "client", None))
     received, n = view.received, view.received["n_trainable"]
     held = held_clients(view)
@@ -83,7 +84,7 @@ def attack_clients(view, options) -> dict:
     return {"clients": clients, "steps": steps, "words": words, "rebuilt": torch.cat(list(rebuilt.values())),
             "originals": torch.cat(originals), "psnr": psnr, "ssim": ssim or None,
             "objective": float(np.mean(objectives)),
-            "identity": client_identity(view.cfg, received["theta_before"], pool, rebuilt, options.far)}
+            "identity": client_identity(evaluation, pool, rebuilt, options.far)}
 
 
 def cohort_weights(view, sizes: list) -> list:
@@ -94,9 +95,9 @@ def cohort_weights(view, sizes: list) -> list:
     return [n / sum(sizes) for n in sizes]
 
 
-def attack_cohort(view, options) -> dict:
+def attack_cohort(view, options, evaluation) -> dict:
     """The cohort's aggregate inverted as the weighted sum of every client's simulated round; scored against
-    every client's images."""
+    every client's images, identity under `evaluation`."""
     attacked_clients(view, None)
     received, n = view.received, view.received["n_trainable"]
     held = held_clients(view)
@@ -111,5 +112,5 @@ def attack_cohort(view, options) -> dict:
     return {"clients": held, "steps": steps, "words": words, "rebuilt": found.images,
             "originals": images[torch.as_tensor(scores["assigned"])], "psnr": list(scores["psnr"]),
             "ssim": list(scores["ssim"]) if "ssim" in scores else None, "objective": found.objective,
-            "identity": identity_scores(view.cfg, received["theta_before"], images, identities, found.images,
-                                        scores["assigned"], options.far)}
+            "identity": identity_scores(evaluation, images, identities, found.images, scores["assigned"],
+                                        options.far)}

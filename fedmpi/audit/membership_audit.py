@@ -3,14 +3,18 @@ compact its images are under Θ, members (the identities the model trained on) a
 same set that it never trained on; the AUC, beside the ε the run accounted up to the round (central or
 distributed DP: the log's `privacy` table at fed.dp.delta; PrivacyFace: its `classes` table) and the highest
 AUC any membership test can reach under that (ε, δ) [Kairouz, Oh, Viswanath 2015]. Across devices the members
-are the face clients sampled in rounds 1..R (the log's `clients` table), the non-members those never sampled."""
+are the face clients sampled in rounds 1..R (the log's `clients` table), the non-members those never sampled. In
+the silo the members are every identity the parties trained on, the non-members held-out identities of the same
+distribution that no party holds (--nonmembers, heldout.py)."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-from .gallery import build_gallery
+from .gallery import build_gallery, embed_all
+from .heldout import OPTION, heldout_images
 from .membership import dp_tpr_bound, membership_attack
-from .run_view import Refused, RunView, log_row, sampled_clients
+from .run_view import Refused, RunView, log_row, model_at, sampled_clients
 
 NAME = "membership"
 
@@ -40,11 +44,7 @@ def accounted(view: RunView) -> dict:
 
 
 def members_of(view: RunView) -> np.ndarray:
-    """The identities Θ after round R trained on; Refused where the run has none of the same set it did not."""
-    if not view.cfg.cross_device:
-        raise Refused("a silo run trains on every identity its parties hold: membership needs identities of the "
-                      "same set that Θ never saw, which only a cross-device run of face clients has (the clients "
-                      "never sampled)")
+    """The device identities Θ after round R trained on; Refused where every client was sampled."""
     clients = sampled_clients(view.run, view.round)
     if len(clients) == view.cfg.clients.population:
         raise Refused(f"every one of the {len(clients)} face clients was sampled by round {view.round}: no "
@@ -53,13 +53,37 @@ def members_of(view: RunView) -> np.ndarray:
     return (clients[:, None] * n + np.arange(n)).reshape(-1)
 
 
+def device_membership(view: RunView, options) -> tuple[dict, str]:
+    if getattr(options, "nonmembers", None):
+        raise Refused(f"{OPTION}: a cross-device run's non-members are its face clients never sampled; the option "
+                      f"serves a silo run")
+    gallery = build_gallery(view.cfg, view.received["theta_after"])
+    return (membership_attack(gallery.embeddings, gallery.identity, members_of(view)),
+            "face clients never sampled in rounds 1..R")
+
+
+def silo_membership(view: RunView, options) -> tuple[dict, str]:
+    """Every party's identity (members) against the held-out identities of --nonmembers, under Θ after R."""
+    folders = getattr(options, "nonmembers", None)
+    if not folders:
+        raise Refused(f"a silo run trains on every identity its parties hold: name held-out identities of the same "
+                      f"distribution that no party holds by {OPTION} DIR [DIR ...] (RecordIO folders, train.rec "
+                      f"and train.idx)")
+    theta = view.received["theta_after"]
+    gallery = build_gallery(view.cfg, theta)
+    images, identities = heldout_images(view.cfg, folders)
+    embedded = embed_all(model_at(view.cfg, theta)[0], images, theta.dtype)
+    outside = identities + int(gallery.identity.max()) + 1
+    found = membership_attack(torch.cat([gallery.embeddings, embedded]), np.concatenate([gallery.identity, outside]),
+                              np.unique(gallery.identity))
+    return found, f"held-out identities no party holds ({OPTION} {' '.join(map(str, folders))})"
+
+
 def run(view: RunView, options) -> tuple[dict, dict]:
     """The attack's result (no picture)."""
-    members = members_of(view)
-    gallery = build_gallery(view.cfg, view.received["theta_after"])
-    found = membership_attack(gallery.embeddings, gallery.identity, members)
+    found, source = (device_membership if view.cfg.cross_device else silo_membership)(view, options)
     return {**found, "model": "Θ after the round", "score": "mean pairwise cosine of an identity's images",
-            "nonmember_source": "face clients never sampled in rounds 1..R", "dp": accounted(view)}, {}
+            "nonmember_source": source, "dp": accounted(view)}, {}
 
 
 def lines(result: dict) -> list[str]:

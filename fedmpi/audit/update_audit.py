@@ -3,15 +3,17 @@
 distributed DP the noised result; `--upload aggregate` on any averaging run), inverted by Inverting Gradients'
 FedAvg variant with the rule's local step (silo_targets.py, local_rules.py); or device clients' uploads, each
 client's local training simulated as it ran (client_audit.py). Scored against the participants' own images by
-PSNR / SSIM after the assignment by PSNR, and by identity: the reconstruction's embedding under the evaluation
-model (Θ before the round) against its identity's template, at the threshold of --far on pairs of the
-participants' real images, beside the same rate for other identities' real images (chance)."""
+PSNR / SSIM after the assignment by PSNR, and by identity: the reconstruction's embedding under an evaluation
+model that did not train on the participants' data (evaluation.py) against its identity's template, at the
+threshold of --far on pairs of the participants' real images, beside the same rate for other identities' real
+images (chance)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from .client_audit import attack_clients, attack_cohort
+from .evaluation import evaluation_model
 from .identity import identity_scores
 from .report import write_png
 from .run_view import Refused, RunView
@@ -57,17 +59,13 @@ def reconstruction(found_objective: float, count: int, psnr, ssim, options) -> d
             "ssim_mean": None if ssim is None else float(np.mean(ssim))}
 
 
-def model_words(round_number: int) -> str:
-    return "Θ before the round" + (" (the run's start)" if round_number == 1 else
-                                   " (it saw the participants' data in earlier rounds)")
-
-
 def run_silo(view: RunView, options, aggregate: bool) -> tuple[dict, tuple]:
     target = silo_target(view, getattr(options, "party", None), aggregate)
+    evaluation = evaluation_model(view, options)      # refused before the attack's optimisation, not after
     found, words = invert_silo(view, target, options)
     scores = score_reconstructions(as_unit(found.images), as_unit(target.images.to(found.images.dtype)))
-    identity = identity_scores(view.cfg, view.received["theta_before"], target.images, target.identities,
-                               found.images, scores["assigned"], options.far)
+    identity = identity_scores(evaluation, target.images, target.identities, found.images, scores["assigned"],
+                               options.far)
     summed = ", ".join(target.names)
     what = (f"the aggregate Θ_after − Θ_before of {len(target.names)} parties ({summed})" if aggregate
             else f"the upload of {summed}")
@@ -81,7 +79,8 @@ def run_silo(view: RunView, options, aggregate: bool) -> tuple[dict, tuple]:
 
 
 def run_clients(view: RunView, options, cohort: bool) -> tuple[dict, tuple]:
-    done = attack_cohort(view, options) if cohort else attack_clients(view, options)
+    evaluation = evaluation_model(view, options)
+    done = attack_cohort(view, options, evaluation) if cohort else attack_clients(view, options, evaluation)
     clients = ", ".join(map(str, done["clients"]))
     what = (f"the aggregate Θ_after − Θ_before of {len(done['clients'])} clients ({clients})" if cohort
             else f"the upload of client {clients}" + (", each apart" if len(done["clients"]) > 1 else ""))
@@ -102,7 +101,6 @@ def run(view: RunView, options) -> tuple[dict, dict]:
     what = check_attackable(view, options)
     result, (rebuilt, originals, who) = (run_clients(view, options, what == "cohort") if what in ("clients", "cohort")
                                          else run_silo(view, options, what == "aggregate"))
-    result["identity"]["model"] = model_words(view.round)
     dp = dp_of(view)
     held = ("only the sum of the uploads (secure aggregation)" if view.received["secure"]
             else "each upload in the clear")

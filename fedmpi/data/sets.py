@@ -64,7 +64,7 @@ def synthetic_folder(spec, data_cfg) -> Path:
 
 def _write_synthetic_party(params: dict, tmp: Path) -> None:
     images, labels, keys = generate_party(params["style"], params["identities"], params["images_per_identity"],
-                                          params["image_size"], params["seed"])
+                                          params["image_size"], params["seed"], params.get("first", 0))
     jpegs = encode(_as_tensors(images), quality=params["jpeg_quality"])
     per = params["images_per_identity"]
     groups = [jpegs[i * per:(i + 1) * per] for i in range(params["identities"])]
@@ -95,6 +95,14 @@ def prepare_training_set(spec, data_cfg) -> Path:
             raise FileNotFoundError(f"data.kind=folder: {path} is not a folder of identity sub-folders")
         return path
     raise ValueError(f"data kind {kind!r}: expected one of {', '.join(TRAINING_KINDS)}")
+
+
+def prepare_heldout_identities(spec, data_cfg, first: int) -> Path:
+    """A RecordIO folder of identities first..first+n-1 of a synthetic party's style (n, images, size and seed as
+    the party's): the party's generator and prior, people the party (identities 0..n-1) does not hold."""
+    params = {**synthetic_params(spec, data_cfg), "first": int(first)}
+    folder = Path(data_cfg.root) / f"synthetic-{spec.style}-heldout-{_digest(params)}"
+    return _write_atomically(folder, lambda tmp: _write_synthetic_party(params, tmp))
 
 
 def open_training_set(spec, data_cfg) -> FaceDataset:

@@ -194,13 +194,15 @@ def style_of(name: str) -> Style:
     return STYLES[name]
 
 
-def generate_party(style: str, identities: int, images_per_identity: int, size: int, seed: int = 0):
-    """(uint8 [C*I, 3, S, S] images grouped by identity, int64 labels [C*I], uint64 identity keys [C])."""
+def generate_party(style: str, identities: int, images_per_identity: int, size: int, seed: int = 0, first: int = 0):
+    """(uint8 [C*I, 3, S, S] images grouped by identity, int64 labels [C*I], uint64 identity keys [C]) of the
+    style's identities first..first+C-1: identity i is the same person in every call that draws it (its key is
+    a function of (seed, style, i) alone), and identities of distinct indices are different people."""
     prior = style_of(style)
     if identities < 1 or images_per_identity < 1 or size < 8:
         raise ValueError(f"synthetic set needs identities >= 1, images_per_identity >= 1, size >= 8 "
                          f"(got {identities}, {images_per_identity}, {size})")
-    keys = identity_keys(style, identities, seed)
+    keys = identity_keys(style, identities, seed, first)
     ident = identity_params(identity_uniforms(keys), prior)
     views = view_uniforms(keys, images_per_identity).reshape(identities * images_per_identity, -1)
     labels = np.repeat(np.arange(identities), images_per_identity)

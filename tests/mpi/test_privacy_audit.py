@@ -3,7 +3,9 @@ run under secure aggregation with distributed DP its round 1 (log.record_receive
 launch of shared runs), and `python -m tools.audit` attacks party b's upload from the command line, the plain
 run's aggregate and the secure run's sum in process: each report is written into its own folder, nothing else in
 the run's, with numbers in range and the participants summed and z named; a round not recorded, an upload not in
-the round, missing ground-truth data and a setting it cannot attack are refused in one line. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
+the round, missing ground-truth data, a setting it cannot attack and, past round 1 of a run without model.init,
+identity scoring without an independent model (--evaluation-model, which scores party b's upload) are refused in
+one line; membership in the silo run is scored against held-out identities of its parties' styles. A FedAwS run of face clients (one identity a phone) records round 1: the class rows of
 its clients re-identify their owners well above chance, and membership sets the clients sampled against those
 never sampled; silo FedAwS and PrivacyFace runs record every party's rows and clusters with their senders; the
 silo FedAvg run is refused both, naming what it uploads."""
@@ -48,6 +50,17 @@ def audit(*args):
                           timeout=600)
 
 
+def independent_model(run, folder: Path) -> Path:
+    """A backbone of the run's configuration that trained on nothing (seed 1), as --evaluation-model's file."""
+    from fedmpi.audit.run_view import run_config
+    from fedmpi.models.backbone import build_backbone
+
+    path = folder / "independent.pth"
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(build_backbone(run_config(run), torch.device("cpu"), torch.float32, seed=1).state_dict(), path)
+    return path
+
+
 def test_the_recording_holds_each_upload_and_the_model_the_run_ended_with(shared_runs):
     run = shared_runs[RECORDED]
     with h5py.File(run / "received" / "round-2.h5") as f:
@@ -60,7 +73,9 @@ def test_the_recording_holds_each_upload_and_the_model_the_run_ended_with(shared
 def test_the_audit_reports_into_its_own_folder(shared_runs, tmp_path):
     run = shared_runs[RECORDED]
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
-    done = audit(run, "--round", 2, "--party", "b", "--iterations", 5, "--out", tmp_path / "report")
+    independent = independent_model(run, tmp_path / "model")
+    done = audit(run, "--round", 2, "--party", "b", "--iterations", 5, "--evaluation-model", independent,
+                 "--out", tmp_path / "report")
     assert done.returncode == 0, done.stderr
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["audit.json", "audit.md",
@@ -70,12 +85,15 @@ def test_the_audit_reports_into_its_own_folder(shared_runs, tmp_path):
     assert report["inversion"]["upload"] == "b" and inversion["count"] == 8 and len(inversion["psnr"]) == 8
     assert 0 < inversion["psnr_mean"] < 60 and -1 <= inversion["ssim_mean"] <= 1
     assert 0 <= identity["recovered"] <= 1 and 0 <= identity["chance"] <= 1
+    assert identity["model"] == f"{independent} (--evaluation-model)"
     assert "identity recovered at FAR 0.01" in (tmp_path / "report" / "audit.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
     (["--round", 1], r"round 1 was not recorded: \S+ holds rounds \[2\] \(record it with log.record_received=\[1\]\)"),
     (["--round", 2, "--party", "c"], r"--party c: round 2 holds the uploads of a, b"),
+    (["--round", 2], r"round 2: Θ before it trained on the participants' data and the run has no model.init to "
+                     r"score identity with: name an independent model by --evaluation-model PATH"),
     (["--round", 2, "--data-root", "/nonexistent"],
      r"the ground truth of party a is missing \(data.root=/nonexistent\): /nonexistent/synthetic-ms1m-\w+ not found$"),
 ])
@@ -114,7 +132,9 @@ def test_the_sum_under_secure_aggregation_and_distributed_dp_is_attacked(shared_
 
 
 def test_a_plain_runs_aggregate_is_attacked_as_the_secure_runs_is(shared_runs, tmp_path):
-    result = inversion_in_process(shared_runs[RECORDED], tmp_path, "--round", 2, "--upload", "aggregate")
+    run = shared_runs[RECORDED]
+    result = inversion_in_process(run, tmp_path / "report", "--round", 2, "--upload", "aggregate",
+                                  "--evaluation-model", independent_model(run, tmp_path / "model"))
     assert result["target"] == "aggregate" and result["participants"] == 2 and result["dp"] is None
     assert result["received"] == "each upload in the clear" and result["reconstruction"]["count"] == 24
 
@@ -162,8 +182,8 @@ def test_fedaws_rows_across_devices_reidentify_their_owners(shared_runs, tmp_pat
 @pytest.mark.parametrize("attack, message", [
     ("templates", "round 2 holds no class rows or clusters: fed.algorithm=fedavg uploads backbone "
                   r"\(class rows: fedaws, fedgc; clusters: privacyface\)$"),
-    ("membership", "a silo run trains on every identity its parties hold: membership needs identities of the "
-                   "same set that Θ never saw"),
+    ("membership", "a silo run trains on every identity its parties hold: name held-out identities of the same "
+                   r"distribution that no party holds by --nonmembers DIR \[DIR ...\]"),
 ])
 def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, capsys, attack, message):
     assert main([str(shared_runs[RECORDED]), "--round", "2", "--attack", attack,
@@ -171,6 +191,34 @@ def test_a_run_without_what_the_attack_needs_is_refused(shared_runs, tmp_path, c
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and re.match(f"audit: {message}", said), said
     assert not (tmp_path / "report").exists()
+
+
+def test_silo_membership_is_scored_against_heldout_identities_no_party_holds(shared_runs, tmp_path, capsys):
+    """Each party's style's next identities (sets.prepare_heldout_identities) are the non-members of its 7 + 5
+    identities; a party's own folder named as non-members is refused, naming the party."""
+    from dataclasses import replace
+
+    from fedmpi.audit.run_view import run_config
+    from fedmpi.data.sets import prepare_heldout_identities, synthetic_folder
+    from fedmpi.layout import build_layout
+
+    run = shared_runs[RECORDED]
+    cfg = run_config(run)
+    specs = [spec for party in build_layout(cfg).parties for spec in party.specs]
+    data = replace(cfg.data, root=str(tmp_path / "data"))
+    folders = [str(prepare_heldout_identities(spec, data, first=spec.identities)) for spec in specs]
+    assert main([str(run), "--round", "2", "--attack", "membership", "--nonmembers", *folders,
+                 "--out", str(tmp_path / "report")]) == 0
+    result = json.loads((tmp_path / "report" / "audit.json").read_text())["membership"]
+    assert result["members"] == result["nonmembers"] == 12 and 0 <= result["auc"] <= 1 and result["dp"] == {}
+    assert result["nonmember_source"] == f"held-out identities no party holds (--nonmembers {' '.join(folders)})"
+    own = synthetic_folder(specs[0], cfg.data)
+    capsys.readouterr()
+    assert main([str(run), "--round", "2", "--attack", "membership", "--nonmembers", str(own),
+                 "--out", str(tmp_path / "no")]) == 2
+    assert re.fullmatch(rf"audit: --nonmembers {own}: 7 of its identities are party a's \(identity id [0-9a-f]+\): "
+                        r"non-members must be identities no party trained on", capsys.readouterr().err.strip())
+    assert not (tmp_path / "no").exists()
 
 
 def test_silo_class_rows_and_clusters_are_recorded_with_their_senders(shared_runs, tmp_path):

@@ -49,3 +49,15 @@ def test_the_committed_report_is_what_its_audits_and_logs_say(tmp_path):
     assert (tmp_path / "report.md").read_text() == (folder / "report.md").read_text()
     assert "| Positive-only FedAvg, a phone per person, cohort 4 (1) | each upload in the clear | client " in \
         (folder / "report.md").read_text()
+
+
+def test_a_refused_audit_is_a_row_that_says_why_never_a_number(tmp_path):
+    from fedmpi.analysis.privacy_audit_results import REFUSED, read_audit
+
+    run = Path(__file__).resolve().parents[2] / "docs" / "results" / "privacy-audit-cpu" / "runs" / "fedavg-silo"
+    (tmp_path / "refused.json").write_text('{"attack": "templates", "refused": "round 1 holds no class rows", '
+                                           '"received": "each party\'s θ_k, in the clear"}')
+    row = read_audit(run, tmp_path)
+    assert row["cells"] == {REFUSED: "round 1 holds no class rows"} and row["pictures"] == []
+    assert table({"FedFR": row})[2].startswith("| FedFR | each party's θ_k, in the clear | templates: not applicable "
+                                               "| round 1 holds no class rows | ")
