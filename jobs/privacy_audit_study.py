@@ -108,9 +108,14 @@ SETTINGS = {
 
 
 def party_layout(s: dict, parties: int) -> str:
+    """Parties p0, p1, ... of the styles in turn, each with s["party"]'s identities x images; past three, parties
+    of one style split that style's identities between them (data.split_*), so that no two hold the same people."""
     identities, images = s["party"]
+    sharing = -(-parties // len(STYLES))        # parties a style
+    split = (lambda i: f", identities: {identities * sharing}, split_index: {i // len(STYLES)}, "
+                       f"split_count: {sharing}") if sharing > 1 else (lambda i: f", identities: {identities}")
     return "parties=[" + ", ".join(
-        f"{{name: p{i}, ranks: 1, data: {{style: {STYLES[i % 3]}, identities: {identities}, "
+        f"{{name: p{i}, ranks: 1, data: {{style: {STYLES[i % 3]}{split(i)}, "
         f"images_per_identity: {images}}}}}" for i in range(parties)) + "]"
 
 
@@ -186,13 +191,22 @@ def audit_folders(folder: Path, key: str) -> list[Path]:
     return [folder / "audits" / f"{key}-{n}" for n in range(len(SETTINGS[key].audits))]
 
 
+def lacking(folder: Path, key: str) -> list[str]:
+    """What of setting `key` the folder lacks: its run's log, its audits' results (or expected refusals)."""
+    lacks = [str(a) for a in audit_folders(folder, key)
+             if not (a / "audit.json").is_file() and not (a / "refused.json").is_file()]
+    return lacks + ([key] if not (folder / "runs" / key / "log.h5").is_file() else [])
+
+
+def complete(folder: Path, key: str) -> bool:
+    return not lacking(folder, key)
+
+
 def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
-    missing = [str(a) for key in keys for a in audit_folders(folder, key)
-               if not (a / "audit.json").is_file() and not (a / "refused.json").is_file()]
-    missing += [key for key in keys if not (folder / "runs" / key / "log.h5").is_file()]
+    missing = [m for key in keys for m in lacking(folder, key)]
     if missing:
-        sys.exit(f"--report-only: {folder} lacks {missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1
-                                                                  else "") + ": run the study first")
+        sys.exit(f"--report-only: {folder} lacks {missing[0]}" + (f" and {len(missing) - 1} more"
+                                                                   if len(missing) > 1 else "") + ": run the study first")
     out.mkdir(parents=True, exist_ok=True)
     write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in keys}, s,
                  out / "report.md")
@@ -213,16 +227,17 @@ def main(argv=None) -> int:
     if args.report_only:
         return report_only(folder, s, args.only or list(SETTINGS), Path(args.report_only))
     start = pretrain(folder, s, args.lock)
-    audits = {}
     for key in args.only or SETTINGS:
         run = run_setting(folder, s, start, key, args.lock)
         if not args.runs_only:
-            audits[key] = audit_setting(folder, s, key, run, args.lock)
+            audit_setting(folder, s, key, run, args.lock)
     if args.runs_only:
         return 0
-    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, outs) for key, outs in audits.items()}, s,
-                 folder / "report.md")
-    (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in audits}, indent=1) + "\n")
+    # every setting whose run and audits the folder holds: --only adds its settings to the report, never drops others
+    done = [key for key in SETTINGS if complete(folder, key)]
+    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in done},
+                 s, folder / "report.md")
+    (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in done}, indent=1) + "\n")
     print((folder / "report.md").read_text())
     return 0
 

@@ -28,6 +28,22 @@ def test_the_silo_settings_differ_only_in_what_the_server_is_shown():
     assert secure - base == {"fed.secure_aggregation.mode=secagg"} and base - secure == set()
 
 
+@pytest.mark.parametrize("key", [k for k, s in SETTINGS.items() if s.place == "silo"])
+def test_no_two_parties_of_a_silo_setting_hold_the_same_people(key):
+    """Parties past the third share a style with an earlier one: they split its identities, so secure aggregation
+    over 6 parties sums 6 parties' people, not 3 twice."""
+    from fedmpi.data.partition import split_by_identity
+    from fedmpi.data.synthetic import identity_keys
+
+    args = run_args(SETTINGS[key], SCALES["cpu"], Path("s"), Path("f"), key)[1]
+    cfg = load_config(args[1], args[2:], sizes=party_sizes)
+    held = [identity_keys(p.data.style, p.data.identities)[split_by_identity(p.data.identities, p.data.split_count,
+                                                                             p.data.split_index)]
+            for p in cfg.parties]
+    people = [int(key) for keys in held for key in keys]
+    assert len(people) == len(set(people)) == len(cfg.parties) * SCALES["cpu"]["party"][0]
+
+
 def test_the_table_reads_each_attacks_headline_and_dashes_what_did_not_run():
     inversion = {"reconstruction": {"count": 4, "psnr_mean": 12.345}, "identity": {"recovered": 0.75,
                                                                                     "chance": 0.125}}
