@@ -73,7 +73,8 @@ Z = (0.01, 0.1, 1.0)
 # local epoch a round over the party's images and its hard negatives (the authors' 10, 8, 6, 4, ... would make a
 # round of these 4-image batches hundreds of steps)
 FEDFR = ("fed.algorithm=fedfr", "model.head=cosface", "model.scale=30", "model.margin=0.4",
-         "data.public.kind=synthetic", "fed.options.first_epochs=1", "fed.options.epoch_step=0", "fed.options.min_epochs=1")
+         "data.public.kind=synthetic", "fed.options.first_epochs=1", "fed.options.epoch_step=0",
+         "fed.options.min_epochs=1")
 SETTINGS = {
     "fedavg-silo": Setting("FedAvg, silo", "silo", ("fed.algorithm=fedavg",), (ONE, SILO_MEMBERS)),
     "secagg-2": Setting("FedAvg, secure aggregation over 2 parties", "silo", ("fed.algorithm=fedavg", *SECURE),
@@ -205,8 +206,8 @@ def complete(folder: Path, key: str) -> bool:
 def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
     missing = [m for key in keys for m in lacking(folder, key)]
     if missing:
-        sys.exit(f"--report-only: {folder} lacks {missing[0]}" + (f" and {len(missing) - 1} more"
-                                                                   if len(missing) > 1 else "") + ": run the study first")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        sys.exit(f"--report-only: {folder} lacks {missing[0]}{more}: run the study first")
     out.mkdir(parents=True, exist_ok=True)
     write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in keys}, s,
                  out / "report.md")
