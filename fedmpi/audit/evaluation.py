@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedmpi.models.pretrained import InitError, check_state_dict, read_tensors
+from fedmpi.models.pretrained import InitError, load_initial_backbone
 
 from .run_view import Refused, model_at
 
@@ -31,13 +31,9 @@ def loaded(cfg, theta: torch.Tensor, path, key: str) -> torch.nn.Module:
     """The run's backbone holding the state_dict in `path`, or Refused naming `key` and the mismatch."""
     model, _ = model_at(cfg, theta)
     try:
-        state = read_tensors(path, key)
-        check_state_dict(state, model, f"{key} {path}")
+        load_initial_backbone(model, path, key, where=f"{key} {path}")
     except InitError as error:
         raise Refused(str(error)) from None
-    with torch.no_grad():
-        for name, target in model.state_dict().items():
-            target.copy_(state[name])
     return model
 
 

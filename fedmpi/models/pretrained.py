@@ -60,10 +60,11 @@ def check_state_dict(state, model: torch.nn.Module, where: str) -> None:
             raise InitError(f"{where}: {key} is not a key of the configured backbone")
 
 
-def load_initial_backbone(model: torch.nn.Module, path) -> None:
-    """Copy the state_dict in `path` into `model` (its dtype and device kept), after check_state_dict."""
-    state = read_tensors(path, "model.init")
-    check_state_dict(state, model, f"model.init: {path}")
+def load_initial_backbone(model: torch.nn.Module, path, key: str = "model.init", where: str | None = None) -> None:
+    """Copy the state_dict in `path` into `model` (its dtype and device kept), after check_state_dict; `key` names
+    the setting or option that gave `path`, `where` the file in an error (default "KEY: PATH")."""
+    state = read_tensors(path, key)
+    check_state_dict(state, model, where or f"{key}: {path}")
     with torch.no_grad():
         for key, target in model.state_dict().items():
             target.copy_(state[key])
