@@ -113,10 +113,14 @@ def party_layout(s: dict, parties: int) -> str:
     of one style split that style's identities between them (data.split_*), so that no two hold the same people."""
     identities, images = s["party"]
     sharing = -(-parties // len(STYLES))        # parties a style
-    split = (lambda i: f", identities: {identities * sharing}, split_index: {i // len(STYLES)}, "
-                       f"split_count: {sharing}") if sharing > 1 else (lambda i: f", identities: {identities}")
+
+    def held(i: int) -> str:
+        if sharing == 1:
+            return f"identities: {identities}"
+        return f"identities: {identities * sharing}, split_index: {i // len(STYLES)}, split_count: {sharing}"
+
     return "parties=[" + ", ".join(
-        f"{{name: p{i}, ranks: 1, data: {{style: {STYLES[i % 3]}{split(i)}, "
+        f"{{name: p{i}, ranks: 1, data: {{style: {STYLES[i % 3]}, {held(i)}, "
         f"images_per_identity: {images}}}}}" for i in range(parties)) + "]"
 
 
@@ -166,12 +170,11 @@ def audit_arguments(arguments: tuple, s: dict, run: Path) -> list[str]:
     return [b for a in last for b in (nonmember_folders(run) if a == "HELDOUT" else [a])]
 
 
-def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) -> list[Path]:
+def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) -> None:
     """Each audit of the setting's first recorded round, into folder/audits/KEY-N (reused when there); an
     expected refusal (Setting.refused) kept as KEY-N/refused.json."""
-    outs = []
     for n, (arguments, out) in enumerate(zip(SETTINGS[key].audits, audit_folders(folder, key))):
-        if not (out / "audit.json").is_file() and not (out / "refused.json").is_file():
+        if not audited(out):
             arguments = audit_arguments(arguments, s, run)
             with LockHolder(lock):
                 done = subprocess.run([sys.executable, "-m", "tools.audit", str(run), "--round", "1", *arguments,
@@ -184,23 +187,21 @@ def audit_setting(folder: Path, s: dict, key: str, run: Path, lock: str | None) 
                                                               "received": SETTINGS[key].received}, indent=1) + "\n")
             elif done.returncode != 0:
                 sys.exit(f"the audit of {key} ({' '.join(arguments)}) failed: {done.stderr.strip()[-1500:]}")
-        outs.append(out)
-    return outs
 
 
 def audit_folders(folder: Path, key: str) -> list[Path]:
     return [folder / "audits" / f"{key}-{n}" for n in range(len(SETTINGS[key].audits))]
 
 
+def audited(out: Path) -> bool:
+    """The audit in `out` ran: its results, or the refusal the setting expects."""
+    return (out / "audit.json").is_file() or (out / "refused.json").is_file()
+
+
 def lacking(folder: Path, key: str) -> list[str]:
-    """What of setting `key` the folder lacks: its run's log, its audits' results (or expected refusals)."""
-    lacks = [str(a) for a in audit_folders(folder, key)
-             if not (a / "audit.json").is_file() and not (a / "refused.json").is_file()]
+    """What of setting `key` the folder lacks: its audits' results (or expected refusals), its run's log."""
+    lacks = [str(a) for a in audit_folders(folder, key) if not audited(a)]
     return lacks + ([key] if not (folder / "runs" / key / "log.h5").is_file() else [])
-
-
-def complete(folder: Path, key: str) -> bool:
-    return not lacking(folder, key)
 
 
 def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
@@ -235,7 +236,7 @@ def main(argv=None) -> int:
     if args.runs_only:
         return 0
     # every setting whose run and audits the folder holds: --only adds its settings to the report, never drops others
-    done = [key for key in SETTINGS if complete(folder, key)]
+    done = [key for key in SETTINGS if not lacking(folder, key)]
     write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in done},
                  s, folder / "report.md")
     (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in done}, indent=1) + "\n")
