@@ -5,8 +5,9 @@ per step and the median step's CPU time (user + system).
 
     python -m bench.malloc_step [--steps 12] [--repeat 2] [--model ir18|cifar]
 
-Settings: glibc's defaults (FEDMPI_MALLOC=default), a fixed 1 MB mmap threshold, and what fedmpi.run uses
-(fedmpi/core/malloc.py: a fixed 2 MB threshold with transparent huge pages for the mappings).
+Settings: glibc's defaults (FEDMPI_MALLOC=default), a fixed 1 MB mmap threshold, what fedmpi.run uses where
+memory is short (fedmpi/core/malloc.py: a fixed 2 MB threshold with transparent huge pages for the mappings), and
+what a cross-device CPU rank sets at run time (keep_freed_buffers: a 32 MB threshold, the heap trimmed above 256 MB).
 """
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import os
 import subprocess
 import sys
 
-from fedmpi.core.malloc import TUNABLES
+from fedmpi.core.malloc import TUNABLES, keep_freed_buffers
 
+KEPT = "kept (cross-device CPU rank)"
 SETTINGS = {"glibc defaults": "", "mmap threshold 1 MB": "glibc.malloc.mmap_threshold=1048576",
-            "fedmpi.run (2 MB + huge pages)": TUNABLES}
+            "fedmpi.run (2 MB + huge pages)": TUNABLES, KEPT: ""}
 
 
-def child(steps: int, model: str = "ir18") -> dict:
+def child(steps: int, model: str = "ir18", keep: bool = False) -> dict:
     import resource
     import threading
     import time
@@ -36,6 +38,8 @@ def child(steps: int, model: str = "ir18") -> dict:
             return next(int(line.split()[1]) // 1024 for line in f if line.startswith("RssAnon"))
 
     torch.set_num_threads(1)
+    if keep and not keep_freed_buffers():
+        raise SystemExit("keep_freed_buffers() did not apply: FEDMPI_MALLOC or the C library")
     if model == "cifar":
         from fedmpi.models.cifar_cnn import CifarCNN
         net, x = CifarCNN(), torch.randn(64, 3, 32, 32)
@@ -70,9 +74,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs of each setting, interleaved")
     parser.add_argument("--model", default="ir18", choices=("ir18", "cifar"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.steps, args.model)))
+        print(json.dumps(child(args.steps, args.model, args.keep)))
         return 0
     shape = "McMahan's CNN, 32 px, batch 64" if args.model == "cifar" else "IR-18, 112 px, batch 8"
     print(f"{shape}, one thread, {args.steps} steps a run, {args.repeat} runs a setting")
@@ -82,7 +87,7 @@ def main(argv=None) -> int:
             env = {**os.environ, "GLIBC_TUNABLES": tunables, "OMP_NUM_THREADS": "1"}
             env.pop("FEDMPI_MALLOC", None)
             out = subprocess.run([sys.executable, "-m", "bench.malloc_step", "--child", "--steps", str(args.steps),
-                                  "--model", args.model],
+                                  "--model", args.model, *(["--keep"] if name == KEPT else [])],
                                  env=env, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{name:32s} {r['added_mb']:9d} {r['faults']:12d} {r['step_s']:7.3f}", flush=True)

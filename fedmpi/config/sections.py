@@ -224,7 +224,7 @@ class RunConfig:
     memory_check: bool = True        # refuse at launch, in one line, a layout whose estimated peak does not fit its
                                      # nodes' (GPUs') memory, naming the override that fits (fedmpi/memory)
     # the silo trainer's step on a GPU (fedmpi/models/speed.py, docs/GPU.md: what each measured)
-    channels_last: bool | None = None  # NHWC weights and activations; empty: on with CUDA
+    channels_last: bool | None = None  # NHWC; empty: on with CUDA (silo), on CPU (clients one by one, core/build.py)
     compile: str = "off"             # off | default | max-autotune: torch.compile of the backbone (and the head of a
                                      # one-rank party)
     compile_cache: str = ""          # TorchInductor's cache; empty: <run folder>/compile_cache (a requeue reuses it)
@@ -244,7 +244,7 @@ class RunConfig:
         if self.cuda_graphs and self.device == "cpu":
             fail("run.cuda_graphs", "CUDA graphs need a GPU, but run.device is cpu")
         if cfg.clients.population > 0:
-            for key, off in (("compile", "off"), ("channels_last", None), ("cuda_graphs", False)):
+            for key, off in (("compile", "off"), ("cuda_graphs", False)):
                 if getattr(self, key) != off:
                     fail(f"run.{key}", f"applies to the silo parties' trainer; the cross-device clients' step "
-                                       f"(clients.population > 0) takes run.{key}={'' if off is None else str(off).lower()}")
+                                       f"(clients.population > 0) takes run.{key}={str(off).lower()}")

@@ -32,7 +32,9 @@ def batch_scores(model: torch.nn.Module, data, limit: int, batch_size: int, devi
     model.eval()
     for i in batches if batches is not None else range(-(-n // batch_size)):
         start, end = i * batch_size, min(n, (i + 1) * batch_size)
-        x = to_tensor(images[start:end], data.mean, data.std, dtype).to(device)
+        # NHWC: the max-pooling and the convolutions of an image batch run 1.5x faster on CPU (docs/PERFORMANCE.md)
+        x = to_tensor(images[start:end], data.mean, data.std, dtype).to(device).contiguous(
+            memory_format=torch.channels_last)
         y = torch.from_numpy(labels[start:end]).to(device)
         logits = model(x)
         scores.append((int((logits.argmax(1) == y).sum()), float(F.cross_entropy(logits, y, reduction="sum"))))

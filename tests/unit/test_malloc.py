@@ -1,6 +1,12 @@
 """The malloc settings fedmpi.run starts its ranks under (fedmpi/core/malloc.py): where a node would be short of memory
-under glibc's defaults (or when asked), added once, never over a user's."""
-from fedmpi.core.malloc import TUNABLES, running_tuned, tuned_environment
+under glibc's defaults (or when asked), added once, never over a user's; and what a cross-device CPU rank sets at
+run time instead (keep_freed_buffers)."""
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from fedmpi.core.malloc import TUNABLES, keep_freed_buffers, running_tuned, tuned_environment
 from fedmpi.memory.check import ranks_per_node
 from fedmpi.run import memory_short
 
@@ -68,3 +74,51 @@ def test_the_headline_layout_is_short_with_the_estimates_error_as_margin(monkeyp
     assert not memory_short(headline)
     monkeypatch.setenv("FEDMPI_MEMORY_AVAILABLE", f"{int(line) - 16}")
     assert memory_short(headline)
+
+
+def test_a_cross_device_cpu_rank_keeps_nothing_over_a_users_choice():
+    for env in ({"FEDMPI_MALLOC": "default"}, {"FEDMPI_MALLOC": "tuned"}, {"GLIBC_TUNABLES": TUNABLES},
+                {"MALLOC_TRIM_THRESHOLD_": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}):
+        assert not keep_freed_buffers(env, libc="glibc")
+    assert not keep_freed_buffers({}, libc="musl")
+
+
+KEEP_CHILD = """
+import sys, torch
+from fedmpi.core.malloc import keep_freed_buffers
+def anon_mb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("RssAnon"))
+kept = keep_freed_buffers({}) if sys.argv[1] == "keep" else None
+before = anon_mb()
+buffer = torch.ones(64, 64, 32, 32)     # conv1's activations of a CIFAR batch of 64: 16 MiB
+del buffer
+print(kept, anon_mb() - before)
+"""
+
+
+def test_a_freed_step_buffer_stays_with_the_rank_only_when_kept():
+    """glibc's defaults map a 16.8 MB buffer on its own and hand it back when freed (its pages faulted in again by
+    the next step); kept, it stays in the heap for the next step."""
+    def grown(mode):
+        out = subprocess.run([sys.executable, "-c", KEEP_CHILD, mode], capture_output=True, text=True,
+                             env={**os.environ, "FEDMPI_MALLOC": "auto"}, check=True).stdout.split()
+        return out[0], float(out[1])
+
+    kept, kept_mb = grown("keep")
+    default, default_mb = grown("default")
+    assert kept == "True" and default == "None"
+    assert kept_mb > 12 and default_mb < 2, (kept_mb, default_mb)
+
+
+def test_cross_device_ranks_on_cpu_keep_their_buffers(monkeypatch):
+    import torch
+    from fedmpi.crossdevice import roles, setting, trainer
+
+    calls = []
+    monkeypatch.setattr(roles, "keep_freed_buffers", lambda: calls.append(1))
+    monkeypatch.setattr(setting, "run_client_server", lambda *a: 0)
+    monkeypatch.setattr(trainer, "run_client_trainer", lambda *a: 0)
+    for rank, device in ((0, "cpu"), (1, "cpu"), (1, "cuda")):
+        roles.run_cross_device(None, SimpleNamespace(rank=rank), SimpleNamespace(device=torch.device(device)), None)
+    assert len(calls) == 2
