@@ -193,6 +193,10 @@ def audit_folders(folder: Path, key: str) -> list[Path]:
     return [folder / "audits" / f"{key}-{n}" for n in range(len(SETTINGS[key].audits))]
 
 
+def report_rows(folder: Path, keys) -> dict:     # what write_report reads: {key: (Setting, run, audit folders)}
+    return {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in keys}
+
+
 def audited(out: Path) -> bool:
     """The audit in `out` ran: its results, or the refusal the setting expects."""
     return (out / "audit.json").is_file() or (out / "refused.json").is_file()
@@ -210,8 +214,7 @@ def report_only(folder: Path, s: dict, keys: list[str], out: Path) -> int:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         sys.exit(f"--report-only: {folder} lacks {missing[0]}{more}: run the study first")
     out.mkdir(parents=True, exist_ok=True)
-    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in keys}, s,
-                 out / "report.md")
+    write_report(folder, report_rows(folder, keys), s, out / "report.md")
     return 0
 
 
@@ -220,7 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--lock", default=None, help="a file each run and audit holds (flock) only while it runs")
-    parser.add_argument("--only", nargs="+", choices=sorted(SETTINGS), help="these settings alone")
+    parser.add_argument("--only", nargs="+", choices=sorted(SETTINGS), help="run only these; report keeps the rest")
     parser.add_argument("--runs-only", action="store_true", help="the runs alone: no audit, no report")
     parser.add_argument("--report-only", metavar="OUT", default=None,
                         help="write OUT/report.md from the folder's audits and run logs alone (nothing runs)")
@@ -237,8 +240,7 @@ def main(argv=None) -> int:
         return 0
     # every setting whose run and audits the folder holds: --only adds its settings to the report, never drops others
     done = [key for key in SETTINGS if not lacking(folder, key)]
-    write_report(folder, {key: (SETTINGS[key], folder / "runs" / key, audit_folders(folder, key)) for key in done},
-                 s, folder / "report.md")
+    write_report(folder, report_rows(folder, done), s, folder / "report.md")
     (folder / "settings.json").write_text(json.dumps({k: SETTINGS[k].label for k in done}, indent=1) + "\n")
     print((folder / "report.md").read_text())
     return 0

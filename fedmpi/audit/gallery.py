@@ -36,9 +36,9 @@ def embed_all(model, images: torch.Tensor, dtype) -> torch.Tensor:
     return torch.cat([embed(model, images[i:i + BATCH].to(dtype)) for i in range(0, len(images), BATCH)])
 
 
-def build_gallery(cfg, theta: torch.Tensor) -> Gallery:
-    """Every participant identity's images under Θ."""
-    model, _ = model_at(cfg, theta)
+def build_gallery(cfg, theta: torch.Tensor, model=None) -> Gallery:
+    """Every participant identity's images under Θ (`model`: the run's backbone already holding it)."""
+    model = model if model is not None else model_at(cfg, theta)[0]
     if cfg.cross_device:
         parts = client_images(cfg, range(cfg.clients.population))
         images, identity = torch.cat([x for x, _ in parts]), np.concatenate([y for _, y in parts])

@@ -70,9 +70,10 @@ def silo_membership(view: RunView, options) -> tuple[dict, str]:
                       f"distribution that no party holds by {OPTION} DIR [DIR ...] (RecordIO folders, train.rec "
                       f"and train.idx)")
     theta = view.received["theta_after"]
-    gallery = build_gallery(view.cfg, theta)
+    model, _ = model_at(view.cfg, theta)
+    gallery = build_gallery(view.cfg, theta, model)
     images, identities = heldout_images(view.cfg, folders)
-    embedded = embed_all(model_at(view.cfg, theta)[0], images, theta.dtype)
+    embedded = embed_all(model, images, theta.dtype)
     outside = identities + int(gallery.identity.max()) + 1
     found = membership_attack(torch.cat([gallery.embeddings, embedded]), np.concatenate([gallery.identity, outside]),
                               np.unique(gallery.identity))

@@ -35,6 +35,11 @@ def users_own(env) -> bool:
     return "malloc" in env.get("GLIBC_TUNABLES", "") or any(key.startswith("MALLOC_") for key in env)
 
 
+def on_glibc(libc: str | None = None) -> bool:
+    """Whether this process's C library (or `libc`, as platform.libc_ver names it) is glibc."""
+    return (libc if libc is not None else platform.libc_ver()[0]) == "glibc"
+
+
 def tuned_environment(env: dict, libc: str | None = None, short: Callable[[], bool] = lambda: True) -> dict | None:
     """The environment to start again with, or None: already tuned, the user's own malloc settings, FEDMPI_MALLOC
     =default, a C library other than glibc, or (FEDMPI_MALLOC unset or auto) memory not `short()`."""
@@ -43,7 +48,7 @@ def tuned_environment(env: dict, libc: str | None = None, short: Callable[[], bo
         return None
     if users_own(env):
         return None
-    if (libc if libc is not None else platform.libc_ver()[0]) != "glibc":
+    if not on_glibc(libc):
         return None
     if mode != "tuned" and not short():
         return None
@@ -71,7 +76,7 @@ def keep_freed_buffers(env=None, libc: str | None = None) -> bool:
     env = os.environ if env is None else env
     if env.get("FEDMPI_MALLOC", "auto") != "auto" or running_tuned(env) or users_own(env):
         return False
-    if (libc if libc is not None else platform.libc_ver()[0]) != "glibc":
+    if not on_glibc(libc):
         return False
     mallopt = ctypes.CDLL(None).mallopt
     return all(mallopt(parameter, value) == 1 for parameter, value in KEEP.items())
