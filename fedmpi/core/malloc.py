@@ -12,7 +12,7 @@ CPU time; docs/PERFORMANCE.md). FEDMPI_MALLOC=tuned starts every launch with the
 a user's own GLIBC_TUNABLES malloc setting or MALLOC_* variable is kept as it is.
 
 A cross-device rank on CPU (McMahan's CNN: a few hundred MB, memory never short) goes the other way, at run time:
-glibc's defaults still hand the top of the heap back after each step and fault it in again (about 7,000 page
+glibc's defaults hand the top of the heap back after each step and fault it in again (about 7,000 page
 faults a step of batch 64, 28 MB zeroed); keep_freed_buffers() fixes the mmap threshold at glibc's largest (32 MB,
 above the step's 16.8 MB activations) and trims the heap only above 256 MB, so the next step reuses the pages
 (about 200 faults a step; the step 4 % and a 10,000-image evaluation 15-20 % shorter; docs/PERFORMANCE.md).

@@ -64,6 +64,6 @@ def test_nhwc_clients_compute_the_nchw_clients_model(tmp_path):
         assert error < 2e-6, (layout, error)
 
 
-def test_compiling_the_clients_step_is_still_refused():
+def test_compiling_the_clients_step_is_refused():
     with pytest.raises(ConfigError, match="run.compile: applies to the silo parties' trainer"):
         load_config(CONFIG, ["run.compile=default"])
