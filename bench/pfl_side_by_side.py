@@ -86,7 +86,8 @@ def pfl_main(args) -> None:
     events = out / "pfl_events.json"
     launched = time.time()
     subprocess.run([sys.executable, "-m", "bench.pfl_side_by_side", "pfl-child", "--out", str(out),
-                    "--rounds", str(args.rounds), *args.overrides], check=True)
+                    "--rounds", str(args.rounds), *(["--fused-lrn"] if args.fused_lrn else []), *args.overrides],
+                   check=True)
     wall = time.time() - launched
     e = json.loads(events.read_text())
     rounds = [end - start for start, end in e["rounds"]]
@@ -138,6 +139,10 @@ def pfl_child(args) -> None:
                     "accuracy": Weighted(float((logits.argmax(1) == y).sum()), len(y))}
 
     net = Net()
+    if args.fused_lrn:     # the local response normalisations fedmpi's CPU clients run (models/lrn.py)
+        from fedmpi.models.lrn import fuse_local_response_norms
+
+        fuse_local_response_norms(net)
     net.load_state_dict(build_parts(cfg, torch.device("cpu"), torch.float32).model.state_dict())   # fedmpi's start
     sampler = ClientSampler(len(data.parts), c.fraction, c.sampler_seed)
     cohorts = iter(int(k) for _ in range(args.rounds) for k in sampler.sample())
@@ -197,6 +202,8 @@ def main() -> None:
     ap.add_argument("which", choices=("fedmpi", "pfl", "pfl-child"))
     ap.add_argument("--out", default="/tmp/bench_pfl")
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--fused-lrn", action="store_true",
+                    help="pfl: its model with fedmpi's fused LocalResponseNorm (fedmpi's kernels on pfl's side)")
     ap.add_argument("overrides", nargs="*", help="key=value settings for both (e.g. a smaller set to try it)")
     args = ap.parse_intermixed_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
