@@ -23,11 +23,11 @@ from torch import nn
 
 
 @functools.lru_cache(maxsize=32)
-def _band(channels: int, before: int, after: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """band[j, c] = 1 where channel j lies in channel c's window [c - before, c + after]."""
+def _band(channels: int, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """band[j, c] = 1 where channel j lies in channel c's window W(c) = [c - ⌊n/2⌋, c + ⌊(n-1)/2⌋], n = size."""
     j = torch.arange(channels).unsqueeze(1)
     c = torch.arange(channels).unsqueeze(0)
-    return ((j >= c - before) & (j <= c + after)).to(dtype=dtype, device=device)
+    return ((j >= c - size // 2) & (j <= c + (size - 1) // 2)).to(dtype=dtype, device=device)
 
 
 def _window_sum(t: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
@@ -51,28 +51,28 @@ class _LocalResponseNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(a: torch.Tensor, size: int, alpha: float, beta: float, k: float):
-        band = _band(a.shape[1], size // 2, (size - 1) // 2, a.dtype, a.device)
-        d = _window_sum(a * a, band).mul_(alpha / size).add_(k)
+        d = _window_sum(a * a, _band(a.shape[1], size, a.dtype, a.device))
+        d = d.mul_(alpha / size).add_(k)
         r = _negative_power(d, beta)
-        return a * r, r, d, band
+        return a * r, r, d
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         a, size, alpha, beta, k = inputs
-        _, r, d, band = output
-        ctx.mark_non_differentiable(r, d, band)
-        ctx.save_for_backward(a, r, d, band)
+        _, r, d = output
+        ctx.mark_non_differentiable(r, d)
+        ctx.save_for_backward(a, r, d)
         ctx.options = (size, alpha, beta, k)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor, *unused):
-        a, r, d, band = ctx.saved_tensors
+        a, r, d = ctx.saved_tensors
         size, alpha, beta, k = ctx.options
         if torch.is_grad_enabled():   # create_graph: r and d are not on the graph, torch's form is
             b = F.local_response_norm(a, size, alpha, beta, k)
             return torch.autograd.grad(b, a, g, create_graph=True)[0], None, None, None, None
         g_r = g * r
-        t = _window_sum((g_r * a).div_(d), band.t())
+        t = _window_sum((g_r * a).div_(d), _band(a.shape[1], size, a.dtype, a.device).t())
         return g_r.sub_(t.mul_(a).mul_(2 * alpha * beta / size)), None, None, None, None
 
 
