@@ -83,24 +83,30 @@ def clients_train_on_cpu_one_by_one(cfg: Config, device: torch.device) -> bool:
 def clients_channels_last(cfg: Config, device: torch.device) -> bool:
     """run.channels_last for the cross-device clients' model; empty: on CPU where the clients train one by one
     (McMahan's CNN's step 20 % shorter in NHWC with the fused normalisations, IR-18's 20 %, with the rank's kept
-    buffers, core/malloc.py), off
-    for a vectorised cohort (its clients' stacked weights, crossdevice/cohort.py) and on a GPU (not measured)."""
+    buffers, core/malloc.py), off for a vectorised cohort (its clients' stacked weights, crossdevice/cohort.py)
+    and on a GPU (not measured)."""
     if cfg.run.channels_last is not None:
         return cfg.run.channels_last
     return clients_train_on_cpu_one_by_one(cfg, device)
 
 
-def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:
-    """Every rank's parts, made once at its start from the checked config."""
-    # the CIFAR clients' CNN, or the IResNet (the silo parties, the face clients)
-    shared_model = build_client_model if cfg.cross_device and not cfg.clients.face_clients else build_backbone
-    model = shared_model(cfg, device, dtype)
+def build_shared_model(cfg: Config, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The shared model f(Θ) as this rank runs it: the CIFAR clients' CNN or the IResNet (the silo parties, the
+    face clients); the cross-device clients' in NHWC and with fused normalisations where they take them."""
+    build = build_client_model if cfg.cross_device and not cfg.clients.face_clients else build_backbone
+    model = build(cfg, device, dtype)
     if cfg.cross_device and clients_channels_last(cfg, device):
         to_channels_last(model)      # before the flat state holds its tensors
     if cfg.cross_device and clients_train_on_cpu_one_by_one(cfg, device):
         # McMahan's CNN's step 45 % shorter on one CPU thread (models/lrn.py); under a vectorised cohort's vmap
         # and on a GPU not measured
         fuse_local_response_norms(model)
+    return model
+
+
+def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunParts:
+    """Every rank's parts, made once at its start from the checked config."""
+    model = build_shared_model(cfg, device, dtype)
     if cfg.model.init:   # a pretrained start (rank 0 checked the file against this model before any rank got here)
         from fedmpi.models.pretrained import load_initial_backbone
 
@@ -108,5 +114,5 @@ def build_parts(cfg: Config, device: torch.device, dtype: torch.dtype) -> RunPar
     state = BackboneState(model)
     rule = build_rule(cfg)
     return RunParts(rule=rule, model=model, state=state, aggregator=build_aggregator(cfg, rule, state.variances),
-                    new_model=lambda: shared_model(cfg, device, dtype), device=device, dtype=dtype,
+                    new_model=lambda: build_shared_model(cfg, device, dtype), device=device, dtype=dtype,
                     record_uploads=bool(cfg.log.record_received))

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from crossdevice_harness import CONFIG
 from fedmpi.config import load_config
 from fedmpi.core.build import build_parts
 from fedmpi.models.cifar_cnn import CifarCNN
@@ -80,7 +81,7 @@ def test_state_dict_unchanged_and_other_input_ranks_left_to_torch():
 
 
 def _lrn_classes(cfg_overrides):
-    cfg = load_config("configs/hsu_cifar10.yaml", cfg_overrides)
+    cfg = load_config(CONFIG, cfg_overrides)
     model = build_parts(cfg, CPU, torch.float32).model
     return {type(m) for m in model.modules() if isinstance(m, nn.LocalResponseNorm)}
 
